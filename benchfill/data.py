@@ -1,0 +1,391 @@
+"""The data model: benchmark items and LLM response counts, with loaders that validate as they read.
+
+Response data (SPEC section 1) is long format ``model, item_id, n_correct, n_trials`` (CSV, CSV.GZ or JSONL);
+a wide 0/1 matrix (first column = model, one column per item) and py-irt's jsonlines
+(``{"subject_id", "responses": {item: 0/1}}``) are read too. Every rule broken raises
+:class:`benchfill.errors.InputError` naming the file, row and rule.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from benchfill.errors import InputError
+
+ItemFormat = Literal["mcq", "numeric", "math", "short", "open"]
+LONG_COLUMNS = ("model", "item_id", "n_correct", "n_trials")
+
+
+class Item(BaseModel):
+    """One benchmark item, the canonical form every loader produces."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    question: str
+    answer: str
+    choices: list[str] | None = None
+    format: ItemFormat | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def resolved_format(self) -> ItemFormat:
+        """The declared format, else one inferred from the choices and the gold answer."""
+        return self.format or infer_format(self.answer, self.choices)
+
+
+_NUMBER = re.compile(r"^[+-]?(\d{1,3}(,\d{3})+|\d+)(\.\d+)?$|^[+-]?\d+/\d+$")
+
+
+def infer_format(answer: str, choices: Sequence[str] | None) -> ItemFormat:
+    """Guess an item's grading route from its gold answer: choices -> mcq, a plain number -> numeric,
+    LaTeX or symbols -> math, a few words -> short, else open."""
+    if choices:
+        return "mcq"
+    text = answer.strip().strip("$")
+    if _NUMBER.match(text):
+        return "numeric"
+    if re.search(r"[\\^_{}=()\[\]]|\d", text):
+        return "math"
+    return "short" if len(text.split()) <= 5 else "open"
+
+
+@dataclass(frozen=True)
+class ResponseMatrix:
+    """Counts of correct answers per (model, item).
+
+    Attributes:
+        models: model names, length J.
+        item_ids: item ids, length I.
+        n_correct: int array (J, I); correct answers.
+        n_trials: int array (J, I); sampled answers (rollouts); 0 where the model did not attempt the item.
+        source: where the data came from (a path), used in messages.
+    """
+
+    models: list[str]
+    item_ids: list[str]
+    n_correct: np.ndarray
+    n_trials: np.ndarray
+    source: str = "<memory>"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.n_correct.shape  # type: ignore[return-value]
+
+    def accuracy_by_model(self) -> np.ndarray:
+        """(J,) share of correct answers over everything each model attempted."""
+        return self.n_correct.sum(1) / np.maximum(self.n_trials.sum(1), 1)
+
+    def accuracy_by_item(self) -> np.ndarray:
+        """(I,) share of correct answers over every model's attempts."""
+        return self.n_correct.sum(0) / np.maximum(self.n_trials.sum(0), 1)
+
+    def subset(self, models: Sequence[str] | None = None, items: Sequence[str] | None = None) -> "ResponseMatrix":
+        """The same data restricted to the named models and/or items, in the order given."""
+        mi = [self.models.index(m) for m in models] if models is not None else list(range(len(self.models)))
+        pos = {k: i for i, k in enumerate(self.item_ids)}
+        ii = [pos[k] for k in items] if items is not None else list(range(len(self.item_ids)))
+        return ResponseMatrix(
+            [self.models[i] for i in mi],
+            [self.item_ids[i] for i in ii],
+            self.n_correct[np.ix_(mi, ii)],
+            self.n_trials[np.ix_(mi, ii)],
+            self.source,
+            dict(self.meta),
+        )
+
+    def to_long(self) -> pd.DataFrame:
+        """Long format, one row per attempted (model, item)."""
+        j, i = np.nonzero(self.n_trials)
+        return pd.DataFrame(
+            {
+                "model": np.asarray(self.models, dtype=object)[j],
+                "item_id": np.asarray(self.item_ids, dtype=object)[i],
+                "n_correct": self.n_correct[j, i],
+                "n_trials": self.n_trials[j, i],
+            }
+        )
+
+
+# ----------------------------------------------------------------------------------------------- responses
+
+
+def _open_text(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(str(path), "file not found") from None
+    except IsADirectoryError:
+        raise InputError(str(path), "is a directory, expected a file") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise InputError(str(path), f"corrupt gzip data ({exc})") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(str(path), f"not UTF-8 text (byte {exc.start})") from None
+
+
+def load_responses(path: str | Path, items: Sequence[Item] | None = None) -> ResponseMatrix:
+    """Read and validate a response file (long CSV/JSONL, wide 0/1 CSV, or py-irt jsonlines).
+
+    When ``items`` is given, every item id in the responses must be one of them and every item must have been
+    attempted by some model; the matrix columns then follow the items' order.
+    """
+    path = Path(path)
+    text = _open_text(path)
+    if not text.strip():
+        raise InputError(str(path), "empty file")
+    name = path.name.lower().removesuffix(".gz")
+    if name.endswith((".jsonl", ".json", ".ndjson")):
+        frame = _jsonl_frame(path, text)
+    else:
+        frame = _csv_frame(path, text)
+    return _matrix_from_long(path, frame, items)
+
+
+def _csv_frame(path: Path, text: str) -> pd.DataFrame:
+    try:
+        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
+    except pd.errors.ParserError as exc:
+        raise InputError(str(path), f"not a valid CSV ({str(exc).strip()})") from None
+    frame.columns = [str(c).strip() for c in frame.columns]
+    if "item_id" in frame.columns or "n_correct" in frame.columns or "n_trials" in frame.columns:
+        missing = [c for c in LONG_COLUMNS if c not in frame.columns]
+        if missing:
+            raise InputError(
+                str(path), f"missing column(s) {', '.join(missing)}; long format needs {','.join(LONG_COLUMNS)}", row=1
+            )
+        frame["_row"] = np.arange(2, len(frame) + 2)
+        return frame
+    return _wide_to_long(path, frame)
+
+
+def _wide_to_long(path: Path, frame: pd.DataFrame) -> pd.DataFrame:
+    """Wide 0/1 matrix: first column names the model, every other column is an item; blank = not attempted."""
+    if frame.shape[1] < 2:
+        raise InputError(
+            str(path), f"missing columns: expected {','.join(LONG_COLUMNS)} (long) or model,<item>,... (wide)", row=1
+        )
+    model_col = frame.columns[0]
+    rows = []
+    for k, rec in enumerate(frame.itertuples(index=False), start=2):
+        model = str(rec[0]).strip()
+        for item, value in zip(frame.columns[1:], rec[1:]):
+            value = str(value).strip()
+            if value == "":
+                continue
+            if value not in {"0", "1", "0.0", "1.0", "True", "False", "true", "false"}:
+                raise InputError(str(path), f"wide matrix cell {model_col}={model}, {item}={value!r} is not 0/1", row=k)
+            hit = value in {"1", "1.0", "True", "true"}
+            rows.append((model, item, str(int(hit)), "1", k))
+    return pd.DataFrame(rows, columns=[*LONG_COLUMNS, "_row"])
+
+
+def _jsonl_frame(path: Path, text: str) -> pd.DataFrame:
+    rows = []
+    for k, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(str(path), f"invalid JSON ({exc.msg})", row=k) from None
+        if not isinstance(rec, dict):
+            raise InputError(str(path), "each line must be a JSON object", row=k)
+        if "responses" in rec and "subject_id" in rec:  # py-irt jsonlines
+            if not isinstance(rec["responses"], dict):
+                raise InputError(str(path), "'responses' must map item id -> 0/1", row=k)
+            for item, value in rec["responses"].items():
+                if value not in (0, 1, True, False):
+                    raise InputError(str(path), f"response {item}={value!r} is not 0/1", row=k)
+                rows.append((str(rec["subject_id"]), str(item), str(int(value)), "1", k))
+            continue
+        missing = [c for c in LONG_COLUMNS if c not in rec]
+        if missing:
+            raise InputError(str(path), f"missing field(s) {', '.join(missing)}", row=k)
+        rows.append((*(str(rec[c]) if rec[c] is not None else "" for c in LONG_COLUMNS), k))
+    return pd.DataFrame(rows, columns=[*LONG_COLUMNS, "_row"])
+
+
+def _parse_counts(path: Path, frame: pd.DataFrame, column: str) -> np.ndarray:
+    values = pd.to_numeric(frame[column].str.strip(), errors="coerce").to_numpy(dtype=float)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raw = frame[column].iloc[k]
+        raise InputError(str(path), f"{column}={raw!r} is missing, NaN or not a number", row=int(frame["_row"].iloc[k]))
+    frac = values != np.round(values)
+    if frac.any():
+        k = int(np.argmax(frac))
+        raise InputError(str(path), f"{column}={values[k]:g} is not a whole number", row=int(frame["_row"].iloc[k]))
+    neg = values < 0
+    if neg.any():
+        k = int(np.argmax(neg))
+        raise InputError(str(path), f"{column}={int(values[k])} is negative", row=int(frame["_row"].iloc[k]))
+    return values.astype(np.int64)
+
+
+def _matrix_from_long(path: Path, frame: pd.DataFrame, items: Sequence[Item] | None) -> ResponseMatrix:
+    if frame.empty:
+        raise InputError(str(path), "no response rows")
+    for col in ("model", "item_id"):
+        frame[col] = frame[col].astype(str).str.strip()
+        empty = (frame[col] == "").to_numpy()
+        if empty.any():
+            raise InputError(str(path), f"{col} is empty", row=int(frame["_row"].iloc[int(np.argmax(empty))]))
+    n_correct = _parse_counts(path, frame, "n_correct")
+    n_trials = _parse_counts(path, frame, "n_trials")
+    over = n_correct > n_trials
+    if over.any():
+        k = int(np.argmax(over))
+        raise InputError(
+            str(path), f"n_correct={n_correct[k]} > n_trials={n_trials[k]}", row=int(frame["_row"].iloc[k])
+        )
+    dup = frame.duplicated(subset=["model", "item_id"], keep="first").to_numpy()
+    if dup.any():
+        k = int(np.argmax(dup))
+        rec = frame.iloc[k]
+        first = frame[(frame.model == rec.model) & (frame.item_id == rec.item_id)]["_row"].iloc[0]
+        raise InputError(
+            str(path), f"duplicate row for model={rec.model}, item_id={rec.item_id} (first at row {first})",
+            row=int(rec["_row"]),
+        )
+    models = list(dict.fromkeys(frame["model"]))
+    if len(models) < 2:
+        raise InputError(str(path), f"only one model ({models[0]}): IRT needs responses from at least 2 models")
+    seen = list(dict.fromkeys(frame["item_id"]))
+    if items is not None:
+        known = {it.id for it in items}
+        unknown = ~frame["item_id"].isin(known).to_numpy()
+        if unknown.any():
+            k = int(np.argmax(unknown))
+            raise InputError(
+                str(path), f"unknown item_id={frame['item_id'].iloc[k]} (not in the items file)",
+                row=int(frame["_row"].iloc[k]),
+            )
+        item_ids = [it.id for it in items]
+    else:
+        item_ids = seen
+    mpos = {m: j for j, m in enumerate(models)}
+    ipos = {t: i for i, t in enumerate(item_ids)}
+    jj = frame["model"].map(mpos).to_numpy()
+    ii = frame["item_id"].map(ipos).to_numpy()
+    correct = np.zeros((len(models), len(item_ids)), dtype=np.int64)
+    trials = np.zeros_like(correct)
+    correct[jj, ii] = n_correct
+    trials[jj, ii] = n_trials
+    unattempted = trials.sum(0) == 0
+    if unattempted.any():
+        i = int(np.argmax(unattempted))
+        rows = frame.loc[frame["item_id"] == item_ids[i], "_row"]
+        raise InputError(
+            str(path), f"item_id={item_ids[i]} was attempted by no model (n_trials is 0 everywhere)",
+            row=int(rows.iloc[0]) if len(rows) else None,
+        )
+    return ResponseMatrix(models, item_ids, correct, trials, str(path))
+
+
+def select_models(matrix: ResponseMatrix, k: int) -> list[str]:
+    """``k`` models spread evenly by accuracy: for each of k evenly spaced accuracy targets between the weakest
+    and the strongest model, the nearest model not yet taken (the paper's stratified panel of 12)."""
+    if k < 2:
+        raise InputError(matrix.source, f"--models {k}: need at least 2 models")
+    if k >= len(matrix.models):
+        return list(matrix.models)
+    acc = matrix.accuracy_by_model()
+    chosen: list[int] = []
+    for target in np.linspace(acc.min(), acc.max(), k):
+        free = [j for j in np.argsort(np.abs(acc - target), kind="stable") if j not in chosen]
+        chosen.append(int(free[0]))
+    return [matrix.models[j] for j in sorted(chosen, key=lambda j: acc[j])]
+
+
+def read_model_names(path: str | Path) -> list[str]:
+    """One model name per line; blank lines and ``#`` comments ignored."""
+    text = _open_text(Path(path))
+    names = [ln.split("#", 1)[0].strip() for ln in text.splitlines()]
+    names = [n for n in names if n]
+    if len(names) < 2:
+        raise InputError(str(path), "need at least 2 model names, one per line")
+    return names
+
+
+# ----------------------------------------------------------------------------------------------- items
+
+_QUESTION_KEYS = ("question", "problem", "prompt", "input")
+_ANSWER_KEYS = ("answer", "gold", "target", "reference_answer")
+
+
+def load_items(path: str | Path) -> list[Item]:
+    """Read items from JSONL. Canonical rows have ``id, question, answer`` (+ ``choices, format, metadata``);
+    rows in the MATH/Qwen-Math style (``problem``, ``answer``, extra keys) are mapped, extra keys go to metadata,
+    and a row without ``id`` gets its 0-based line index (the convention of the bundled MATH-500 files)."""
+    path = Path(path)
+    text = _open_text(path)
+    items: list[Item] = []
+    seen: dict[str, int] = {}
+    index = 0
+    for k, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(str(path), f"invalid JSON ({exc.msg})", row=k) from None
+        if not isinstance(rec, dict):
+            raise InputError(str(path), "each line must be a JSON object", row=k)
+        item = _item_from_record(path, rec, k, index)
+        if item.id in seen:
+            raise InputError(str(path), f"duplicate item id {item.id!r} (first at row {seen[item.id]})", row=k)
+        seen[item.id] = k
+        items.append(item)
+        index += 1
+    if not items:
+        raise InputError(str(path), "no items")
+    return items
+
+
+def _item_from_record(path: Path, rec: dict[str, Any], row: int, index: int) -> Item:
+    rec = dict(rec)
+    question = next((rec.pop(key) for key in _QUESTION_KEYS if key in rec), None)
+    answer = next((rec.pop(key) for key in _ANSWER_KEYS if key in rec), None)
+    if not isinstance(question, str) or not question.strip():
+        raise InputError(str(path), "missing or empty question (field 'question' or 'problem')", row=row)
+    if answer is None or str(answer).strip() == "":
+        raise InputError(str(path), "missing or empty answer (field 'answer')", row=row)
+    item_id = str(rec.pop("id", index))
+    choices = rec.pop("choices", None)
+    if choices is not None and (not isinstance(choices, list) or len(choices) < 2):
+        raise InputError(str(path), "'choices' must be a list of at least 2 options", row=row)
+    fmt = rec.pop("format", None)
+    if fmt is not None and fmt not in ("mcq", "numeric", "math", "short", "open"):
+        raise InputError(str(path), f"format={fmt!r} is not one of mcq, numeric, math, short, open", row=row)
+    metadata = rec.pop("metadata", {}) or {}
+    if not isinstance(metadata, dict):
+        raise InputError(str(path), "'metadata' must be an object", row=row)
+    metadata.update(rec)  # keep every other field (solution, subject, level, ...)
+    return Item(
+        id=item_id, question=question, answer=str(answer), choices=[str(c) for c in choices] if choices else None,
+        format=fmt, metadata=metadata,
+    )
+
+
+def write_items(path: str | Path, items: Sequence[Item]) -> None:
+    """Write items as canonical JSONL, atomically (a crash never leaves half a file)."""
+    from benchfill.io import atomic_write_text
+
+    atomic_write_text(path, "".join(it.model_dump_json(exclude_none=True) + "\n" for it in items))

@@ -1,0 +1,171 @@
+"""Fitting: the reference PyMC model, its NUTS backends (pymc, nutpie, numpyro), a MAP preview, and the sampler
+registry that faster backends plug into.
+
+``fit_irt(responses, spec, settings)`` is the one entry point; ``settings.method`` picks the backend.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import time
+from typing import Callable
+
+import numpy as np
+
+from benchfill.data import ResponseMatrix
+from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings, binomial_loglik, probability
+
+SamplerFn = Callable[[ResponseMatrix, IRTSpec, SamplerSettings], IRTFit]
+SAMPLERS: dict[str, SamplerFn] = {}
+
+
+def register_sampler(name: str) -> Callable[[SamplerFn], SamplerFn]:
+    def deco(fn: SamplerFn) -> SamplerFn:
+        SAMPLERS[name] = fn
+        return fn
+
+    return deco
+
+
+def available_samplers() -> list[str]:
+    """Registered samplers whose backend package is importable here."""
+    needs = {"nutpie": "nutpie", "numpyro": "numpyro"}
+    return [n for n in SAMPLERS if n not in needs or importlib.util.find_spec(needs[n]) is not None]
+
+
+def fit_irt(responses: ResponseMatrix, spec: IRTSpec | None = None, settings: SamplerSettings | None = None) -> IRTFit:
+    """Fit an IRT model to a response matrix; returns posterior draws (or a MAP preview)."""
+    spec = spec or IRTSpec()
+    settings = settings or SamplerSettings()
+    if settings.method not in SAMPLERS:
+        raise ValueError(f"unknown sampler {settings.method!r}; choose from {', '.join(sorted(SAMPLERS))}")
+    if settings.method not in available_samplers():
+        raise ValueError(f"sampler {settings.method!r} is not installed here (pip install {settings.method})")
+    if spec.guessing is not None and len(spec.guessing) != len(responses.item_ids):
+        raise ValueError("spec.guessing must have one entry per item")
+    start = time.perf_counter()
+    fit = SAMPLERS[settings.method](responses, spec, settings)
+    fit.wall_time_s = time.perf_counter() - start
+    return fit
+
+
+# ------------------------------------------------------------------------------------------ the PyMC model
+
+
+def build_pymc_model(responses: ResponseMatrix, spec: IRTSpec):
+    """The reference model of SPEC section 2 as a ``pm.Model`` over the observed (n_trials > 0) cells."""
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    jj, ii = np.nonzero(responses.n_trials)
+    n = responses.n_trials[jj, ii]
+    k = responses.n_correct[jj, ii]
+    J, I = responses.shape
+    with pm.Model(coords={"model": responses.models, "item": responses.item_ids}) as model:
+        theta = pm.Normal("theta", 0.0, 1.0, dims="model")
+        b = pm.Normal("b", 0.0, 1.0, dims="item")
+        z = theta[jj] - b[ii]
+        if spec.kind == "2pl":
+            a = pm.LogNormal("a", 0.0, 0.5, dims="item")
+            z = a[ii] * z
+        if spec.has_guessing:
+            g = np.asarray(spec.guessing, dtype=float)
+            if spec.estimate_guessing:
+                # Beta prior with mean 1/k and 20 pseudo-observations; items without options keep c = 0.
+                has = g > 0
+                conc = 20.0
+                c_free = pm.Beta("c_free", alpha=np.where(has, g, 0.5) * conc, beta=np.where(has, 1 - g, 0.5) * conc,
+                                 dims="item")
+                c = pm.Deterministic("c", pt.where(has, c_free, 0.0), dims="item")
+                cc = c[ii]
+            else:
+                cc = g[ii]
+            p = cc + (1.0 - cc) * pm.math.sigmoid(z)
+            pm.Binomial("y", n=n, p=pt.clip(p, 1e-9, 1 - 1e-9), observed=k)
+        else:
+            pm.Binomial("y", n=n, logit_p=z, observed=k)
+    return model
+
+
+def _draws(posterior, name: str) -> np.ndarray | None:
+    if name not in posterior:
+        return None
+    return np.asarray(posterior[name].values, dtype=float)  # (chain, draw, K)
+
+
+def _nuts(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings, backend: str) -> IRTFit:
+    import pymc as pm
+
+    logging.getLogger("pymc").setLevel(logging.ERROR)
+    model = build_pymc_model(responses, spec)
+    var_names = ["theta", "b"] + (["a"] if spec.kind == "2pl" else []) + (["c"] if spec.estimate_guessing and spec.has_guessing else [])
+    kwargs = dict(
+        draws=settings.draws, tune=settings.tune, chains=settings.chains, random_seed=settings.seed,
+        progressbar=False, nuts_sampler=backend, target_accept=settings.target_accept,
+        compute_convergence_checks=False, var_names=var_names,
+    )
+    if backend == "pymc":
+        kwargs["cores"] = min(settings.chains, 2)
+    with model:
+        idata = pm.sample(**kwargs)
+    post = idata.posterior
+    div = int(np.asarray(idata.sample_stats["diverging"]).sum()) if "diverging" in idata.sample_stats else 0
+    return IRTFit(
+        spec=spec, settings=settings, models=list(responses.models), item_ids=list(responses.item_ids),
+        theta=_draws(post, "theta"), b=_draws(post, "b"), a=_draws(post, "a"), c=_draws(post, "c"), divergences=div,
+    )
+
+
+@register_sampler("pymc")
+def _fit_pymc(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings) -> IRTFit:
+    return _nuts(responses, spec, settings, "pymc")
+
+
+@register_sampler("nutpie")
+def _fit_nutpie(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings) -> IRTFit:
+    return _nuts(responses, spec, settings, "nutpie")
+
+
+@register_sampler("numpyro")
+def _fit_numpyro(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings) -> IRTFit:
+    return _nuts(responses, spec, settings, "numpyro")
+
+
+@register_sampler("map")
+def _fit_map(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings) -> IRTFit:
+    """MAP point estimate (a preview, labelled as such): SDs are conditional Laplace approximations."""
+    import pymc as pm
+
+    logging.getLogger("pymc").setLevel(logging.ERROR)
+    model = build_pymc_model(responses, spec)
+    with model:
+        point = pm.find_MAP(progressbar=False, seed=settings.seed)
+    theta = np.asarray(point["theta"], dtype=float)
+    b = np.asarray(point["b"], dtype=float)
+    a = np.asarray(point["a"], dtype=float) if "a" in point else None
+    c = np.asarray(point["c"], dtype=float) if "c" in point else (
+        np.asarray(spec.guessing, dtype=float) if spec.guessing is not None else None
+    )
+    b_sd, theta_sd = _laplace_sds(responses, theta, b, a, c)
+    fit = IRTFit(
+        spec=spec, settings=settings, models=list(responses.models), item_ids=list(responses.item_ids),
+        theta=theta[None, None, :], b=b[None, None, :], a=None if a is None else a[None, None, :],
+        c=np.asarray(point["c"], dtype=float)[None, None, :] if "c" in point else None,
+        is_map=True, b_sd_override=b_sd, theta_sd_override=theta_sd,
+    )
+    fit.log_likelihood_max = float(
+        binomial_loglik(responses.n_correct, responses.n_trials, probability(theta[:, None], b[None, :], a, c)).sum()
+    )
+    return fit
+
+
+def _laplace_sds(responses: ResponseMatrix, theta, b, a, c) -> tuple[np.ndarray, np.ndarray]:
+    """Conditional Laplace SDs: 1 / sqrt(Fisher information + prior precision), one parameter at a time."""
+    p = probability(theta[:, None], b[None, :], a, c)
+    star = 1.0 / (1.0 + np.exp(-((theta[:, None] - b[None, :]) * (1.0 if a is None else a))))
+    # d p / d z = (1 - c) * star * (1 - star); Fisher info of a binomial in z: n (dp/dz)^2 / (p (1 - p)).
+    cc = 0.0 if c is None else c
+    dp = (1.0 - cc) * star * (1.0 - star) * (1.0 if a is None else a)
+    info = responses.n_trials * dp**2 / np.clip(p * (1 - p), 1e-12, None)
+    return 1.0 / np.sqrt(info.sum(0) + 1.0), 1.0 / np.sqrt(info.sum(1) + 1.0)

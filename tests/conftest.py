@@ -1,0 +1,32 @@
+"""Shared test fixtures: paths to the bundled example and to ../shared/data (skipped with a reason if absent)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+SHARED_DATA = Path(os.environ.get("BENCHFILL_SHARED", REPO.parent / "shared")) / "data"
+
+
+@pytest.fixture(scope="session")
+def examples() -> Path:
+    return EXAMPLES
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"../shared/data not found at {SHARED_DATA}: extended real-data test skipped")
+    return SHARED_DATA
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(12345)
