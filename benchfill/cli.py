@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Callable, TypeVar
+from pathlib import Path
+from typing import Callable, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -38,7 +39,226 @@ def friendly_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+@app.callback()
+def _root() -> None:
+    """benchfill: estimate item difficulty with IRT, diagnose difficulty coverage, fill the gaps with LLMs."""
+
+
 # ---- commands are added below, one block each -------------------------------------------------------------
+
+# ---- diagnose / suite / calibrate ------------------------------------------------------------------------
+
+SAMPLER_HELP = "IRT inference: fast (exact marginal NUTS, default when installed), pymc (reference NUTS), nutpie, numpyro, map (quick preview)"
+
+
+def _panel(responses_path: Path, items_path: Path | None, models: int | None, models_file: Path | None):
+    """Load responses (validated against the items file when given) and keep the requested models."""
+    from benchfill.data import load_items, load_responses, read_model_names, select_models
+
+    items = load_items(items_path) if items_path else None
+    responses = load_responses(responses_path, items=items)
+    if models_file is not None:
+        names = read_model_names(models_file)
+        unknown = [m for m in names if m not in responses.models]
+        if unknown:
+            raise InputError(str(models_file), f"model(s) not in {responses_path}: {', '.join(unknown[:5])}")
+        responses = responses.subset(models=names)
+    elif models is not None:
+        responses = responses.subset(models=select_models(responses, models))
+    return responses, items
+
+
+def _spec(responses, items, guessing: float | None, choices: int | None, kind: str = "1pl"):
+    """IRT spec: c = 1/k for multiple-choice items (from --choices, --guessing, or the items' choices)."""
+    import numpy as np
+
+    from benchfill.irt.model import IRTSpec
+
+    c = np.zeros(len(responses.item_ids))
+    if guessing is not None:
+        c[:] = guessing
+    elif choices is not None:
+        c[:] = 1.0 / choices
+    elif items is not None:
+        by_id = {it.id: it for it in items}
+        c = np.array([1.0 / len(by_id[i].choices) if by_id[i].choices else 0.0 for i in responses.item_ids])
+    return IRTSpec(kind=kind, guessing=c if c.any() else None)
+
+
+def _default_sampler() -> str:
+    from benchfill.irt.fit import available_samplers
+
+    return "fast" if "fast" in available_samplers() else "pymc"
+
+
+def _run_diagnosis(responses, spec, sampler: str, chains: int, tune: int, draws: int, seed: int, robustness: bool):
+    from benchfill.diagnostics.report import diagnose
+    from benchfill.irt.model import SamplerSettings
+
+    settings = SamplerSettings(method=sampler or _default_sampler(), chains=chains, tune=tune, draws=draws, seed=seed)
+    with console.status(f"fitting {spec.kind.upper()} IRT on {responses.shape[0]} models x {responses.shape[1]} items "
+                        f"with {settings.method} ..."):
+        dg, fit = diagnose(responses, spec, settings)
+    if robustness:
+        from benchfill.irt.robustness import compare_1pl_2pl, leave_one_model_out
+
+        with console.status("robustness: leave-one-model-out refits and 1PL vs 2PL BIC ..."):
+            loo = leave_one_model_out(responses, fit)
+            bic = compare_1pl_2pl(responses, spec.guessing, seed=seed)
+        dg.robustness = {"leave_one_model_out": loo.as_dict(), "bic": bic.as_dict()}
+    return dg, fit
+
+
+@app.command()
+@friendly_errors
+def diagnose(
+    responses: Path = typer.Argument(..., help="response file: long CSV/JSONL (model,item_id,n_correct,n_trials) or wide 0/1"),
+    items: Optional[Path] = typer.Option(None, help="items JSONL: checks item ids; multiple choice gets c = 1/k"),
+    models: Optional[int] = typer.Option(None, help="keep this many models spread evenly by accuracy (paper: 12)"),
+    models_file: Optional[Path] = typer.Option(None, help="keep exactly these models (one name per line)"),
+    sampler: str = typer.Option("", help=SAMPLER_HELP),
+    chains: int = typer.Option(4),
+    tune: int = typer.Option(1000),
+    draws: int = typer.Option(1000),
+    seed: int = typer.Option(0),
+    guessing: Optional[float] = typer.Option(None, help="fixed guessing rate c for every item"),
+    choices: Optional[int] = typer.Option(None, help="every item is k-option multiple choice: c = 1/k"),
+    robustness: bool = typer.Option(False, "--robustness", help="leave-one-model-out refits and 1PL vs 2PL BIC"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="where to write the JSON (default runs/<name>/diagnosis.json)"),
+    png: Optional[Path] = typer.Option(None, help="picture path (default: next to the JSON)"),
+    top_gaps: int = typer.Option(5, help="gaps shown in the table and shaded in the picture"),
+) -> None:
+    """Estimate item difficulty with IRT and diagnose the benchmark: DDM, gaps, flags, checks, picture, JSON."""
+    from benchfill.diagnostics.render import diagnosis_tables, plot_diagnosis
+    from benchfill.io import atomic_write_text
+
+    resp, its = _panel(responses, items, models, models_file)
+    spec = _spec(resp, its, guessing, choices)
+    dg, fit = _run_diagnosis(resp, spec, sampler, chains, tune, draws, seed, robustness)
+    json_out = json_out or Path("runs") / _stem(responses) / "diagnosis.json"
+    png = png or json_out.with_suffix(".png")
+    scale_path = json_out.with_suffix(".scale.npz")
+    dg.files = {"json": str(json_out), "png": str(png), "scale": str(scale_path)}
+    plot_diagnosis(dg, png, n_gaps=top_gaps)
+    _save_scale(fit, scale_path)
+    atomic_write_text(json_out, dg.model_dump_json(indent=2) + "\n")
+    console.print(diagnosis_tables(dg, n_gaps=top_gaps))
+    console.print(f"wrote {json_out}, {png}, {scale_path}")
+
+
+@app.command()
+@friendly_errors
+def suite(
+    responses: Path = typer.Argument(..., help="response file covering every benchmark of the suite"),
+    items_table: Path = typer.Option(..., help="CSV mapping item_id to its benchmark (or any grouping column)"),
+    by: str = typer.Option("benchmark", help="column of the items table that names the benchmark"),
+    models: Optional[int] = typer.Option(None, help="keep this many models spread evenly by accuracy"),
+    models_file: Optional[Path] = typer.Option(None),
+    sampler: str = typer.Option("", help=SAMPLER_HELP),
+    chains: int = typer.Option(4),
+    tune: int = typer.Option(1000),
+    draws: int = typer.Option(1000),
+    seed: int = typer.Option(0),
+    choices: Optional[int] = typer.Option(None, help="every item is k-option multiple choice: c = 1/k"),
+    out: Path = typer.Option(Path("runs/suite"), help="folder for one diagnosis per benchmark and summary.json"),
+) -> None:
+    """Table-1-style summary of a suite: one IRT fit and diagnosis per benchmark."""
+    from benchfill.data import read_item_groups
+    from benchfill.diagnostics.render import plot_diagnosis, suite_table
+    from benchfill.io import atomic_write_json, atomic_write_text
+
+    resp, _ = _panel(responses, None, models, models_file)
+    groups = read_item_groups(items_table, by, resp.item_ids)
+    rows = []
+    for name, ids in groups.items():
+        sub = resp.subset(items=ids)
+        dg, fit = _run_diagnosis(sub, _spec(sub, None, None, choices), sampler, chains, tune, draws, seed, False)
+        folder = out / _safe_name(name)
+        dg.files = {"json": str(folder / "diagnosis.json"), "png": str(folder / "diagnosis.png"),
+                    "scale": str(folder / "diagnosis.scale.npz")}
+        plot_diagnosis(dg, folder / "diagnosis.png")
+        _save_scale(fit, folder / "diagnosis.scale.npz")
+        atomic_write_text(folder / "diagnosis.json", dg.model_dump_json(indent=2) + "\n")
+        rows.append((name, dg))
+        console.print(f"[dim]{name}: {dg.n_items} items, DDM {dg.ddm:.3f}, max gap {dg.max_gap:.3f} "
+                      f"({dg.sampler.wall_time_s:.1f} s)[/]")
+    summary = [
+        {"benchmark": name, "n_items": dg.n_items, "ddm": dg.ddm, "ddm_sd": dg.ddm_sd, "max_gap": dg.max_gap,
+         "max_gap_sd": dg.max_gap_sd, "top5_sum": dg.top5_sum, "top5_sum_sd": dg.top5_sum_sd,
+         "uniform_baseline_ratio": dg.uniform_baseline_ratio, "flags": dg.flags,
+         "checks_passed": dg.checks_passed, "checks_run": sum(c.passed is not None for c in dg.checks),
+         "json": dg.files["json"]}
+        for name, dg in rows
+    ]
+    atomic_write_json(out / "summary.json", {"source": str(responses), "n_models": resp.shape[0], "benchmarks": summary})
+    console.print(suite_table(rows, f"{responses.name}: {resp.shape[0]} models, {len(rows)} benchmarks"))
+    console.print(f"wrote {out / 'summary.json'} and one folder per benchmark")
+
+
+def _safe_name(name: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "group"
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".gz", ".csv", ".jsonl", ".json"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def _save_scale(fit, path: Path) -> None:
+    """The fitted abilities, saved so new items can be placed on this benchmark's axis later (`benchfill place`)."""
+    from benchfill.irt.scale import Scale
+
+    Scale.from_fit(fit).save(path)
+
+
+# ---- detect -----------------------------------------------------------------------------------------------
+
+
+@app.command()
+@friendly_errors
+def detect(
+    responses_a: Path = typer.Argument(..., help="model A's response file (or both models', with --model-a/-b)"),
+    responses_b: Optional[Path] = typer.Argument(None, help="response file of model B (e.g. the later checkpoint)"),
+    model_a: Optional[str] = typer.Option(None, "--model-a", help="model A (when its file has several)"),
+    model_b: Optional[str] = typer.Option(None, "--model-b", help="model B (when its file has several)"),
+    items: Optional[Path] = typer.Option(None, help="restrict to these item ids (one per line)"),
+    permutations: int = typer.Option(100_000, help="random permutations B (paper: 100,000)"),
+    seed: int = typer.Option(0),
+    alpha: float = typer.Option(0.05, help="test level"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="also write the result as JSON here"),
+) -> None:
+    """Local-progress test (paper Table 12): does model B beat model A? One-sided stratified randomization test,
+    strata = items, statistic = mean per-item accuracy difference B - A over rollouts."""
+    import json
+
+    from rich.table import Table
+
+    from benchfill.diagnostics.detect import detect_files
+    from benchfill.io import atomic_write_text
+
+    with console.status(f"randomization test, {permutations:,} permutations ..."):
+        res = detect_files(
+            responses_a, responses_b, model_a=model_a, model_b=model_b, items_path=items,
+            n_permutations=permutations, seed=seed, alpha=alpha,
+        )
+    table = Table(title=f"local progress: {res.model_b} (B) vs {res.model_a} (A)")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_row("items (informative)", f"{res.n_items} ({res.n_informative})")
+    table.add_row("accuracy A / B", f"{res.accuracy_a:.4f} / {res.accuracy_b:.4f}")
+    table.add_row("gain (points)", f"{res.gain:+.3f}")
+    table.add_row("p-value (one-sided)", f"{res.p_value:.5g}")
+    table.add_row("permutations", f"{res.n_permutations:,} (seed {res.seed})")
+    verdict = "[green]yes[/]" if res.significant else "[yellow]no[/]"
+    table.add_row(f"B better at alpha={res.alpha:g}", verdict)
+    console.print(table)
+    if json_out is not None:
+        atomic_write_text(json_out, json.dumps(res.as_dict(), indent=2) + "\n")
+        console.print(f"wrote {json_out}")
 
 
 def main() -> None:  # pragma: no cover - entry point

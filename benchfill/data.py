@@ -139,11 +139,12 @@ def _open_text(path: Path) -> str:
         raise InputError(str(path), f"not UTF-8 text (byte {exc.start})") from None
 
 
-def load_responses(path: str | Path, items: Sequence[Item] | None = None) -> ResponseMatrix:
+def load_responses(path: str | Path, items: Sequence[Item] | None = None, *, min_models: int = 2) -> ResponseMatrix:
     """Read and validate a response file (long CSV/JSONL, wide 0/1 CSV, or py-irt jsonlines).
 
     When ``items`` is given, every item id in the responses must be one of them and every item must have been
-    attempted by some model; the matrix columns then follow the items' order.
+    attempted by some model; the matrix columns then follow the items' order. ``min_models`` is the fewest models
+    the file must hold: 2 for IRT (the default), 1 for a single checkpoint's file (``benchfill detect``).
     """
     path = Path(path)
     text = _open_text(path)
@@ -154,7 +155,7 @@ def load_responses(path: str | Path, items: Sequence[Item] | None = None) -> Res
         frame = _jsonl_frame(path, text)
     else:
         frame = _csv_frame(path, text)
-    return _matrix_from_long(path, frame, items)
+    return _matrix_from_long(path, frame, items, min_models)
 
 
 def _csv_frame(path: Path, text: str) -> pd.DataFrame:
@@ -239,7 +240,9 @@ def _parse_counts(path: Path, frame: pd.DataFrame, column: str) -> np.ndarray:
     return values.astype(np.int64)
 
 
-def _matrix_from_long(path: Path, frame: pd.DataFrame, items: Sequence[Item] | None) -> ResponseMatrix:
+def _matrix_from_long(
+    path: Path, frame: pd.DataFrame, items: Sequence[Item] | None, min_models: int = 2
+) -> ResponseMatrix:
     if frame.empty:
         raise InputError(str(path), "no response rows")
     for col in ("model", "item_id"):
@@ -265,8 +268,10 @@ def _matrix_from_long(path: Path, frame: pd.DataFrame, items: Sequence[Item] | N
             row=int(rec["_row"]),
         )
     models = list(dict.fromkeys(frame["model"]))
-    if len(models) < 2:
-        raise InputError(str(path), f"only one model ({models[0]}): IRT needs responses from at least 2 models")
+    if len(models) < min_models:
+        if min_models == 2:
+            raise InputError(str(path), f"only one model ({models[0]}): IRT needs responses from at least 2 models")
+        raise InputError(str(path), f"only {len(models)} model(s): need responses from at least {min_models}")
     seen = list(dict.fromkeys(frame["item_id"]))
     if items is not None:
         known = {it.id for it in items}
@@ -300,18 +305,15 @@ def _matrix_from_long(path: Path, frame: pd.DataFrame, items: Sequence[Item] | N
 
 
 def select_models(matrix: ResponseMatrix, k: int) -> list[str]:
-    """``k`` models spread evenly by accuracy: for each of k evenly spaced accuracy targets between the weakest
-    and the strongest model, the nearest model not yet taken (the paper's stratified panel of 12)."""
+    """``k`` models spread evenly by accuracy: sort by accuracy and take k evenly spaced ranks, weakest and
+    strongest included (the paper's stratified panel of 12). Returned weakest first."""
     if k < 2:
         raise InputError(matrix.source, f"--models {k}: need at least 2 models")
-    if k >= len(matrix.models):
-        return list(matrix.models)
-    acc = matrix.accuracy_by_model()
-    chosen: list[int] = []
-    for target in np.linspace(acc.min(), acc.max(), k):
-        free = [j for j in np.argsort(np.abs(acc - target), kind="stable") if j not in chosen]
-        chosen.append(int(free[0]))
-    return [matrix.models[j] for j in sorted(chosen, key=lambda j: acc[j])]
+    order = np.argsort(matrix.accuracy_by_model(), kind="stable")
+    if k >= len(order):
+        return [matrix.models[j] for j in order]
+    ranks = np.unique(np.round(np.linspace(0, len(order) - 1, k)).astype(int))
+    return [matrix.models[j] for j in order[ranks]]
 
 
 def read_model_names(path: str | Path) -> list[str]:
@@ -322,6 +324,25 @@ def read_model_names(path: str | Path) -> list[str]:
     if len(names) < 2:
         raise InputError(str(path), "need at least 2 model names, one per line")
     return names
+
+
+def read_item_groups(path: str | Path, column: str, item_ids: Sequence[str]) -> dict[str, list[str]]:
+    """Group item ids by a column of an items table (CSV with ``item_id``); groups keep the table's order.
+    Every item of the responses must appear in the table."""
+    path = Path(path)
+    try:
+        table = pd.read_csv(io.StringIO(_open_text(path)), dtype=str, keep_default_na=False)
+    except pd.errors.ParserError as exc:
+        raise InputError(str(path), f"not a valid CSV ({str(exc).strip()})") from None
+    for col in ("item_id", column):
+        if col not in table.columns:
+            raise InputError(str(path), f"missing column {col!r}", row=1)
+    wanted = set(item_ids)
+    table = table[table["item_id"].isin(wanted)]
+    missing = wanted - set(table["item_id"])
+    if missing:
+        raise InputError(str(path), f"{len(missing)} item id(s) of the responses are not in the table, e.g. {sorted(missing)[0]}")
+    return {str(k): list(g["item_id"]) for k, g in table.groupby(column, sort=False)}
 
 
 # ----------------------------------------------------------------------------------------------- items

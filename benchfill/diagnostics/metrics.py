@@ -1,0 +1,137 @@
+"""The difficulty-distribution metrics of SPEC section 3, as pure functions on normalised difficulties.
+
+All difficulties here are on the normalised axis d in [0, 1]: d_i = (b_i - min b) / (max b - min b).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+FLAG_DDM = 0.10
+FLAG_MAX_GAP = 0.10
+FLAG_TOP5 = 0.30
+
+
+def normalise(b: np.ndarray, lo: float | None = None, hi: float | None = None) -> np.ndarray:
+    """Min-max normalise difficulties along the last axis: (..., I) -> (..., I) in [0, 1].
+
+    ``lo``/``hi`` fix the scale (placing new items on an existing benchmark's axis); by default each row uses
+    its own min and max (so every posterior draw is normalised by itself).
+    """
+    b = np.asarray(b, dtype=float)
+    lo_ = b.min(axis=-1, keepdims=True) if lo is None else lo
+    hi_ = b.max(axis=-1, keepdims=True) if hi is None else hi
+    span = np.where(np.asarray(hi_ - lo_) > 0, hi_ - lo_, 1.0)
+    return (b - lo_) / span
+
+
+def uniform_grid(n: int) -> np.ndarray:
+    """The same-size uniform grid u_i = (i - 1) / (n - 1), i = 1..n (a single point sits at 0.5)."""
+    return np.linspace(0.0, 1.0, n) if n > 1 else np.array([0.5])
+
+
+def ddm(d: np.ndarray) -> float | np.ndarray:
+    """Difficulty-distribution mismatch: W1 between the empirical measure of d and the same-size uniform grid,
+    i.e. mean |d_(i) - u_i| over sorted d. d: (..., n) -> (...) (vectorised over leading axes)."""
+    d = np.sort(np.asarray(d, dtype=float), axis=-1)
+    out = np.abs(d - uniform_grid(d.shape[-1])).mean(axis=-1)
+    return float(out) if out.ndim == 0 else out
+
+
+def w1_to_continuous_uniform(d: np.ndarray) -> float | np.ndarray:
+    """W1 between the empirical measure of d and continuous U[0, 1]: integral of |F_n(x) - x| dx, exact.
+
+    On [d_(k), d_(k+1)] the ECDF is k/n, so each piece integrates |k/n - x| in closed form.
+    """
+    d = np.sort(np.clip(np.asarray(d, dtype=float), 0.0, 1.0), axis=-1)
+    n = d.shape[-1]
+    edges = np.concatenate([np.zeros(d.shape[:-1] + (1,)), d, np.ones(d.shape[:-1] + (1,))], axis=-1)
+    level = np.arange(n + 1) / n  # ECDF value on each piece
+    lo, hi = edges[..., :-1], edges[..., 1:]
+
+    def integral(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+        # integral over [a, b] of |c - x| dx, with c inside or outside the piece
+        left = np.clip(c, a, b)
+        return ((c - a) ** 2 - (c - left) ** 2) / 2 + ((b - c) ** 2 - (left - c) ** 2) / 2
+
+    out = integral(lo, hi, level).sum(axis=-1)
+    return float(out) if out.ndim == 0 else out
+
+
+@dataclass(frozen=True)
+class Gap:
+    """An empty interval on the normalised difficulty axis; ``mid`` is the fill target."""
+
+    lo: float
+    hi: float
+
+    @property
+    def width(self) -> float:
+        return self.hi - self.lo
+
+    @property
+    def mid(self) -> float:
+        return (self.lo + self.hi) / 2
+
+    def as_dict(self) -> dict[str, float]:
+        return {"lo": self.lo, "hi": self.hi, "mid": self.mid, "width": self.width}
+
+
+def gap_widths(d: np.ndarray) -> np.ndarray:
+    """Successive differences of sorted d with 0 and 1 added: (..., n) -> (..., n + 1)."""
+    d = np.sort(np.asarray(d, dtype=float), axis=-1)
+    zeros = np.zeros(d.shape[:-1] + (1,))
+    return np.diff(np.concatenate([zeros, d, zeros + 1.0], axis=-1), axis=-1)
+
+
+def gaps(d: np.ndarray, top: int | None = None) -> list[Gap]:
+    """The gaps of a 1-D d as intervals, largest first (ties: leftmost first)."""
+    d = np.sort(np.asarray(d, dtype=float))
+    edges = np.concatenate([[0.0], d, [1.0]])
+    widths = np.diff(edges)
+    order = np.lexsort((edges[:-1], -widths))
+    if top is not None:
+        order = order[:top]
+    return [Gap(float(edges[k]), float(edges[k + 1])) for k in order]
+
+
+def max_gap(d: np.ndarray) -> float | np.ndarray:
+    out = gap_widths(d).max(axis=-1)
+    return float(out) if out.ndim == 0 else out
+
+
+def top_k_gap_sum(d: np.ndarray, k: int = 5) -> float | np.ndarray:
+    """Sum of the k largest gaps (Top-5 sum by default)."""
+    w = np.sort(gap_widths(d), axis=-1)[..., ::-1][..., :k]
+    out = w.sum(axis=-1)
+    return float(out) if out.ndim == 0 else out
+
+
+def uniform_max_gap_median(n: int, n_sim: int = 2000, seed: int = 0) -> float:
+    """Median max gap of n i.i.d. U(0, 1) points, min-max normalised the same way as a benchmark (seeded MC)."""
+    rng = np.random.default_rng(seed)
+    u = normalise(rng.random((n_sim, n)))
+    return float(np.median(max_gap(u)))
+
+
+def uniform_baseline_ratio(d: np.ndarray, n_sim: int = 2000, seed: int = 0) -> float:
+    """Observed max gap / median max gap of the same number of uniform points (paper: median ratio 3.85x)."""
+    d = np.asarray(d, dtype=float)
+    return float(max_gap(d) / uniform_max_gap_median(d.shape[-1], n_sim, seed))
+
+
+@dataclass(frozen=True)
+class Flags:
+    ddm: bool
+    max_gap: bool
+    top5_sum: bool
+
+    def as_dict(self) -> dict[str, bool]:
+        return {"ddm": self.ddm, "max_gap": self.max_gap, "top5_sum": self.top5_sum}
+
+
+def flags(ddm_value: float, max_gap_value: float, top5_value: float) -> Flags:
+    """Thresholds of the paper: DDM >= 0.10, max gap >= 0.10, Top-5 sum >= 0.30."""
+    return Flags(ddm_value >= FLAG_DDM, max_gap_value >= FLAG_MAX_GAP, top5_value >= FLAG_TOP5)

@@ -1,0 +1,125 @@
+"""Loaders: every bad-input rule of SPEC section 1 gives one clear InputError naming file, row and rule."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from benchfill.data import Item, infer_format, load_items, load_responses, read_item_groups, select_models
+from benchfill.errors import InputError
+
+GOOD = "model,item_id,n_correct,n_trials\na,q1,1,4\na,q2,0,4\nb,q1,4,4\nb,q2,2,4\n"
+
+
+def write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_long_csv_roundtrip(tmp_path):
+    r = load_responses(write(tmp_path, "r.csv", GOOD))
+    assert r.models == ["a", "b"] and r.item_ids == ["q1", "q2"]
+    assert r.n_correct.tolist() == [[1, 0], [4, 2]] and r.n_trials.tolist() == [[4, 4], [4, 4]]
+    np.testing.assert_allclose(r.accuracy_by_model(), [1 / 8, 6 / 8])
+
+
+def test_gzip_and_jsonl_and_wide_and_pyirt(tmp_path):
+    gz = tmp_path / "r.csv.gz"
+    gz.write_bytes(gzip.compress(GOOD.encode()))
+    assert load_responses(gz).n_correct.sum() == 7
+    rows = [dict(model="a", item_id="q1", n_correct=1, n_trials=2), dict(model="b", item_id="q1", n_correct=2, n_trials=2)]
+    jl = write(tmp_path, "r.jsonl", "\n".join(json.dumps(r) for r in rows))
+    assert load_responses(jl).n_trials.tolist() == [[2], [2]]
+    wide = load_responses(write(tmp_path, "w.csv", "model,q1,q2,q3\na,1,0,\nb,1,1,1\n"))
+    assert wide.n_trials.tolist() == [[1, 1, 0], [1, 1, 1]] and wide.n_correct.tolist() == [[1, 0, 0], [1, 1, 1]]
+    pyirt = write(tmp_path, "p.jsonl", json.dumps({"subject_id": "a", "responses": {"q1": 1, "q2": 0}}) + "\n"
+                  + json.dumps({"subject_id": "b", "responses": {"q1": 0, "q2": 0}}) + "\n")
+    assert load_responses(pyirt).n_correct.tolist() == [[1, 0], [0, 0]]
+
+
+@pytest.mark.parametrize(
+    "text, row, rule",
+    [
+        ("model,item_id,n_correct\na,q1,1\n", 1, "missing column(s) n_trials"),
+        ("model,item_id,n_correct,n_trials\na,q1,5,4\nb,q1,1,4\n", 2, "n_correct=5 > n_trials=4"),
+        ("model,item_id,n_correct,n_trials\na,q1,1,4\nb,q1,-1,4\n", 3, "n_correct=-1 is negative"),
+        ("model,item_id,n_correct,n_trials\na,q1,1,4\nb,q1,NaN,4\n", 3, "is missing, NaN or not a number"),
+        ("model,item_id,n_correct,n_trials\na,q1,1,4\nb,q1,,4\n", 3, "is missing, NaN or not a number"),
+        ("model,item_id,n_correct,n_trials\na,q1,1.5,4\nb,q1,1,4\n", 2, "is not a whole number"),
+        ("model,item_id,n_correct,n_trials\na,q1,1,4\na,q1,2,4\nb,q1,1,4\n", 3, "duplicate row for model=a, item_id=q1"),
+        ("model,item_id,n_correct,n_trials\na,q1,1,4\na,q2,1,4\n", None, "only one model"),
+        ("model,item_id,n_correct,n_trials\na,q1,1,4\nb,q1,1,4\na,q2,0,0\nb,q2,0,0\n", 4, "attempted by no model"),
+    ],
+)
+def test_bad_input_rules(tmp_path, text, row, rule):
+    path = write(tmp_path, "bad.csv", text)
+    with pytest.raises(InputError) as info:
+        load_responses(path)
+    msg = str(info.value)
+    assert rule in msg and str(path) in msg
+    assert info.value.row == row
+    assert "\n" not in msg
+
+
+def test_unknown_item_ids_and_unattempted_items(tmp_path):
+    items = [Item(id="q1", question="?", answer="1"), Item(id="q2", question="?", answer="2")]
+    bad = write(tmp_path, "r.csv", "model,item_id,n_correct,n_trials\na,q1,1,1\nb,q9,1,1\n")
+    with pytest.raises(InputError, match=r"row 3: unknown item_id=q9"):
+        load_responses(bad, items=items)
+    partial = write(tmp_path, "s.csv", "model,item_id,n_correct,n_trials\na,q1,1,1\nb,q1,1,1\n")
+    with pytest.raises(InputError, match="item_id=q2 was attempted by no model"):
+        load_responses(partial, items=items)
+
+
+def test_missing_file_and_garbage(tmp_path):
+    with pytest.raises(InputError, match="file not found"):
+        load_responses(tmp_path / "nope.csv")
+    with pytest.raises(InputError, match="empty file"):
+        load_responses(write(tmp_path, "e.csv", ""))
+    bad_gz = tmp_path / "x.csv.gz"
+    bad_gz.write_bytes(b"\x1f\x8b" + b"junk")
+    with pytest.raises(InputError, match="corrupt gzip"):
+        load_responses(bad_gz)
+
+
+def test_items_loader_maps_math_style_and_validates(tmp_path, examples):
+    items = load_items(examples / "math500.items.jsonl")
+    assert len(items) == 500 and items[0].id == "0" and items[0].metadata["level"] == 2
+    assert items[0].resolved_format == "math"
+    bad = write(tmp_path, "i.jsonl", '{"id": "a", "question": "q", "answer": "1"}\n{"id": "a", "question": "q", "answer": "2"}\n')
+    with pytest.raises(InputError, match="row 2: duplicate item id 'a'"):
+        load_items(bad)
+    with pytest.raises(InputError, match="row 1: missing or empty answer"):
+        load_items(write(tmp_path, "j.jsonl", '{"id": "a", "question": "q"}\n'))
+    with pytest.raises(InputError, match="row 1: invalid JSON"):
+        load_items(write(tmp_path, "k.jsonl", "{nope\n"))
+
+
+def test_infer_format():
+    assert infer_format("B", ["x", "y"]) == "mcq"
+    assert infer_format("1,000", None) == "numeric"
+    assert infer_format("\\frac{1}{2}", None) == "math"
+    assert infer_format("Paris", None) == "short"
+
+
+def test_select_models_spreads_by_accuracy_rank():
+    from benchfill.data import ResponseMatrix
+
+    J = 20
+    acc = np.linspace(0.05, 0.95, J)[::-1]  # model m00 strongest
+    n = np.full((J, 10), 100)
+    k = (acc[:, None] * n).astype(int)
+    r = ResponseMatrix([f"m{j:02d}" for j in range(J)], [str(i) for i in range(10)], k, n)
+    chosen = select_models(r, 5)
+    assert chosen == ["m19", "m14", "m09", "m05", "m00"]  # ranks 0, 5, 10, 14, 19 of weakest-first order
+
+
+def test_item_groups(tmp_path):
+    table = write(tmp_path, "t.csv", "item_id,benchmark\nq1,A\nq2,B\nq3,A\n")
+    assert read_item_groups(table, "benchmark", ["q1", "q2", "q3"]) == {"A": ["q1", "q3"], "B": ["q2"]}
+    with pytest.raises(InputError, match="not in the table"):
+        read_item_groups(table, "benchmark", ["q1", "q4"])
