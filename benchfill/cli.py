@@ -201,6 +201,70 @@ def _safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "group"
 
 
+@app.command()
+@friendly_errors
+def calibrate(
+    diagnosis: Path = typer.Argument(..., help="diagnosis JSON written by `benchfill diagnose`"),
+    k: int = typer.Option(..., "--k", help="items to keep (the target's equal-probability bins)"),
+    target: str = typer.Option("uniform", help="target distribution: uniform, or beta:A,B on [0, 1]"),
+    out: Optional[Path] = typer.Option(None, help="write the kept item ids (one per line) here"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="write the calibration result as JSON"),
+) -> None:
+    """Prune a benchmark toward a target difficulty distribution by greedy quantile matching (paper App. D)."""
+    from rich.table import Table
+
+    from benchfill.diagnostics.calibrate import calibrate as run_calibration
+    from benchfill.io import atomic_write_json, atomic_write_text
+
+    dg = _load_diagnosis(diagnosis)
+    result = run_calibration([it.b for it in dg.items], k, target=_target(target),
+                             item_ids=[it.item_id for it in dg.items])
+    table = Table(title=f"calibration of {dg.source}: {result.n_items} -> {result.k} items, target {target}",
+                  title_justify="left")
+    for col in ("", "before", "after"):
+        table.add_column(col, justify="right")
+    table.add_row("DDM (own min-max axis)", f"{result.ddm_before:.4f}", f"{result.ddm_after:.4f}")
+    table.add_row("W1 to target", f"{result.w1_target_before:.4f}", f"{result.w1_target_after_renormalised:.4f}")
+    console.print(table)
+    if out:
+        atomic_write_text(out, "".join(f"{i}\n" for i in result.item_ids or ()))
+        console.print(f"wrote {out}")
+    if json_out:
+        atomic_write_json(json_out, result.as_dict())
+        console.print(f"wrote {json_out}")
+
+
+def _load_diagnosis(path: Path):
+    from pydantic import ValidationError
+
+    from benchfill.diagnostics.report import Diagnosis
+
+    try:
+        return Diagnosis.model_validate_json(path.read_text())
+    except FileNotFoundError:
+        raise InputError(str(path), "file not found") from None
+    except (ValidationError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "invalid"
+        raise InputError(str(path), f"not a benchfill diagnosis JSON ({first})") from None
+
+
+def _target(spec: str):
+    """'uniform' -> None (U[0, 1]); 'beta:A,B' -> a frozen Beta(A, B)."""
+    from scipy import stats
+
+    if spec == "uniform":
+        return None
+    if spec.startswith("beta:"):
+        try:
+            a, b = (float(x) for x in spec[5:].split(","))
+        except ValueError:
+            raise InputError("--target", f"{spec!r}: expected beta:A,B with positive numbers") from None
+        if a <= 0 or b <= 0:
+            raise InputError("--target", f"{spec!r}: Beta parameters must be positive")
+        return stats.beta(a, b)
+    raise InputError("--target", f"{spec!r}: expected 'uniform' or 'beta:A,B'")
+
+
 def _stem(path: Path) -> str:
     name = path.name
     for suffix in (".gz", ".csv", ".jsonl", ".json"):

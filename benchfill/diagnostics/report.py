@@ -123,20 +123,25 @@ def posterior_metric_draws(b_draws: np.ndarray, max_draws: int = 1000, chunk: in
     return {k: np.concatenate(v) for k, v in out.items()}
 
 
-def theory_summary(d: np.ndarray, ddm: float) -> dict[str, Any]:
-    """What Theorems 2.1 and 2.3 say about this benchmark, per unit Lipschitz constant of the performance gap."""
-    mg = M.max_gap(d)
+def theory_summary(d: np.ndarray, w1: float) -> dict[str, Any]:
+    """What Theorems 2.1 and 2.3 say about this benchmark (per unit Lipschitz constant of the performance gap)."""
+    from benchfill.diagnostics import theory
+
+    mg = float(M.max_gap(d))
+    holes = theory.undetectable_intervals(d, 0.05)
     return {
         "theorem_2_1": {
-            "w1": ddm,
-            "statement": "|observed gap - target gap| <= L * W1; rankings cannot flip when the target gap exceeds L * W1",
-            "min_target_gap_for_stable_ranking_per_L": ddm,
+            "w1": w1,
+            "gap_error_bound_per_L": theory.gap_error_bound(1.0, w1),
+            "statement": "|observed gap - target gap| <= L * W1: a ranking cannot flip when the target gap exceeds "
+            "L * W1",
         },
         "theorem_2_3": {
             "max_gap": mg,
+            "power_inside_max_gap": theory.worst_case_power(mg, mg).power,
             "statement": "an improvement confined to an interval narrower than the max gap is undetectable in the "
-            "worst case (power = alpha), whatever the number of rollouts",
-            "undetectable_interval_width_below": mg,
+            "worst case (power = alpha), whatever the rollouts",
+            "undetectable_intervals_wider_than_0.05": [g.as_dict() for g in holes[:10]],
         },
     }
 
