@@ -18,8 +18,8 @@ def _fmt(x: float | None, nd: int = 3) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
 
-def _pm(x: float, sd: float) -> str:
-    return _fmt(x) if math.isnan(sd) else f"{x:.3f} ± {sd:.3f}"
+def _pm(x: float, sd: float | None) -> str:
+    return _fmt(x) if sd is None or math.isnan(sd) else f"{x:.3f} ± {sd:.3f}"
 
 
 def _flag(on: bool) -> Text:

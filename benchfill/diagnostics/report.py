@@ -67,7 +67,7 @@ class SamplerOut(BaseModel):
 class Diagnosis(BaseModel):
     """What ``benchfill diagnose --json`` writes. Difficulties b are logits (larger = harder); d is b min-max
     normalised with the posterior-mean b of this benchmark; every ``*_sd`` is a posterior SD over draws, each draw
-    normalised by itself."""
+    normalised by itself (null for a MAP preview)."""
 
     schema_version: int = SCHEMA_VERSION
     benchfill_version: str = benchfill.__version__
@@ -79,13 +79,13 @@ class Diagnosis(BaseModel):
     guessing: float | None = Field(None, description="fixed guessing rate c = 1/k used for every item, if any")
     sampler: SamplerOut
     ddm: float
-    ddm_sd: float
+    ddm_sd: float | None
     w1_uniform: float = Field(description="W1 to the continuous U[0, 1]")
-    w1_uniform_sd: float
+    w1_uniform_sd: float | None
     max_gap: float
-    max_gap_sd: float
+    max_gap_sd: float | None
     top5_sum: float
-    top5_sum_sd: float
+    top5_sum_sd: float | None
     uniform_median_max_gap: float
     uniform_baseline_ratio: float
     flags: dict[str, bool]
@@ -161,7 +161,7 @@ def build_diagnosis(
     ddm, mg, t5 = M.ddm(d), M.max_gap(d), M.top_k_gap_sum(d, 5)
     w1 = M.w1_to_continuous_uniform(d)
     if fit.is_map:
-        sds = {k: float("nan") for k in ("ddm", "w1_uniform", "max_gap", "top5_sum")}
+        sds: dict[str, float | None] = {k: None for k in ("ddm", "w1_uniform", "max_gap", "top5_sum")}
     else:
         per_draw = posterior_metric_draws(fit.flat("b"), seed=seed)
         sds = {k: float(np.std(v, ddof=1)) for k, v in per_draw.items()}

@@ -1,0 +1,156 @@
+"""The memory bank of a BenchFill run: one SQLite file (sqlite-utils) holding gaps, seed items, candidates, the
+review queue, and (through the models layer's call log, in the same file) every model call.
+
+Every write is an upsert keyed by a deterministic id, so a node that LangGraph re-runs after a crash rewrites the
+same rows instead of adding new ones.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import sqlite_utils
+
+REVIEW_APPROVALS_NEEDED = 3
+
+
+@dataclass(frozen=True)
+class MemoryItem:
+    """An item with a known place on the difficulty axis: a seed (existing benchmark item) or a labelled candidate."""
+
+    id: str
+    question: str
+    answer: str
+    d: float
+    b: float
+    b_sd: float
+    kind: str  # "seed" | "candidate"
+
+
+class MemoryBank:
+    """Typed access to the run's SQLite file. Tables: runs, gaps, seeds, candidates, reviews."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite_utils.Database(self.path)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self._ensure_tables()
+
+    def _ensure_tables(self) -> None:
+        t = self.db.table
+        if not t("runs").exists():
+            t("runs").create({"key": str, "value": str}, pk="key")
+        if not t("gaps").exists():
+            t("gaps").create(
+                {"gap": int, "lo": float, "hi": float, "target": float, "status": str, "rounds": int,
+                 "chosen": str, "chosen_d": float, "chosen_d_sd": float, "deviation": float, "n_candidates": int,
+                 "cost": float, "method": str, "note": str},
+                pk=("method", "gap"),
+            )
+        if not t("seeds").exists():
+            t("seeds").create({"id": str, "question": str, "answer": str, "b": float, "b_sd": float, "d": float,
+                               "format": str}, pk="id")
+        if not t("candidates").exists():
+            t("candidates").create(
+                {"id": str, "method": str, "gap": int, "round": int, "parent": str, "question": str, "answer": str,
+                 "rewriter": str, "judge": str, "valid": int, "verdict": str, "counts": str, "b": float, "b_sd": float,
+                 "d": float, "d_sd": float, "deviation": float, "status": str, "error": str, "created": float},
+                pk="id",
+            )
+            t("candidates").create_index(["method", "gap", "round"])
+        if not t("reviews").exists():
+            t("reviews").create({"candidate": str, "reviewer": str, "decision": str, "note": str, "at": float},
+                                pk=("candidate", "reviewer"))
+
+    # ---- run metadata -------------------------------------------------------------------------------------
+    def set_meta(self, **values: Any) -> None:
+        self.db["runs"].upsert_all([{"key": k, "value": json.dumps(v)} for k, v in values.items()], pk="key")
+
+    def meta(self, key: str, default: Any = None) -> Any:
+        row = self.db.execute("select value from runs where key = ?", [key]).fetchone()
+        return default if row is None else json.loads(row[0])
+
+    # ---- seeds ----------------------------------------------------------------------------------------------
+    def add_seeds(self, rows: Iterable[dict[str, Any]]) -> None:
+        self.db["seeds"].upsert_all(list(rows), pk="id")
+
+    def seeds(self) -> list[MemoryItem]:
+        return [MemoryItem(r["id"], r["question"], r["answer"], r["d"], r["b"], r["b_sd"], "seed")
+                for r in self.db["seeds"].rows]
+
+    # ---- gaps ----------------------------------------------------------------------------------------------
+    def upsert_gap(self, method: str, gap: int, **fields: Any) -> None:
+        self.db["gaps"].upsert({"method": method, "gap": gap, **fields}, pk=("method", "gap"))
+
+    def gap(self, method: str, gap: int) -> dict[str, Any] | None:
+        rows = list(self.db["gaps"].rows_where("method = ? and gap = ?", [method, gap]))
+        return rows[0] if rows else None
+
+    def gaps(self, method: str | None = None) -> list[dict[str, Any]]:
+        where, args = ("method = ?", [method]) if method else (None, None)
+        return list(self.db["gaps"].rows_where(where, args, order_by="method, gap"))
+
+    # ---- candidates ----------------------------------------------------------------------------------------
+    def upsert_candidates(self, rows: Iterable[dict[str, Any]]) -> None:
+        rows = [{"created": time.time(), **r} for r in rows]
+        for r in rows:
+            if isinstance(r.get("counts"), dict):
+                r["counts"] = json.dumps(r["counts"])
+        if rows:
+            self.db["candidates"].upsert_all(rows, pk="id", alter=True)
+
+    def update_candidate(self, cid: str, **fields: Any) -> None:
+        if isinstance(fields.get("counts"), dict):
+            fields["counts"] = json.dumps(fields["counts"])
+        self.db["candidates"].update(cid, fields, alter=True)
+
+    def candidates(self, method: str, gap: int, round: int | None = None) -> list[dict[str, Any]]:
+        if round is None:
+            rows = self.db["candidates"].rows_where("method = ? and gap = ?", [method, gap], order_by="round, id")
+        else:
+            rows = self.db["candidates"].rows_where("method = ? and gap = ? and round = ?", [method, gap, round],
+                                                    order_by="id")
+        out = []
+        for r in rows:
+            r = dict(r)
+            r["counts"] = json.loads(r["counts"]) if r.get("counts") else None
+            out.append(r)
+        return out
+
+    def candidate(self, cid: str) -> dict[str, Any] | None:
+        rows = list(self.db["candidates"].rows_where("id = ?", [cid]))
+        if not rows:
+            return None
+        r = dict(rows[0])
+        r["counts"] = json.loads(r["counts"]) if r.get("counts") else None
+        return r
+
+    def placed(self, method: str, gap: int) -> list[MemoryItem]:
+        """Valid, labelled candidates of one gap's search (they join the memory as potential parents)."""
+        return [
+            MemoryItem(r["id"], r["question"], r["answer"], r["d"], r["b"], r["b_sd"], "candidate")
+            for r in self.candidates(method, gap)
+            if r["status"] == "placed"
+        ]
+
+    # ---- review queue ----------------------------------------------------------------------------------------
+    def review(self, candidate: str, reviewer: str, decision: str, note: str = "") -> None:
+        self.db["reviews"].upsert(
+            {"candidate": candidate, "reviewer": reviewer, "decision": decision, "note": note, "at": time.time()},
+            pk=("candidate", "reviewer"),
+        )
+
+    def approvals(self, candidate: str) -> tuple[int, int]:
+        rows = list(self.db["reviews"].rows_where("candidate = ?", [candidate]))
+        return sum(r["decision"] == "approve" for r in rows), sum(r["decision"] == "reject" for r in rows)
+
+    def review_status(self, candidate: str) -> str:
+        approve, reject = self.approvals(candidate)
+        if reject:
+            return "rejected"
+        return "accepted" if approve >= REVIEW_APPROVALS_NEEDED else "pending"

@@ -1,0 +1,66 @@
+"""The pure decisions of the BenchFill search against hand-computed cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchfill.graphs.policy import (
+    SearchParams,
+    oracle_insertions,
+    propose_gaps,
+    select_parents,
+    select_references,
+    should_stop,
+    to_display,
+    top_k_reduction,
+)
+from benchfill.memory.bank import MemoryItem
+
+
+def item(i: str, d: float) -> MemoryItem:
+    return MemoryItem(i, f"q{i}", "1", d, d * 4 - 2, 0.1, "seed")
+
+
+def test_parents_are_the_four_nearest_and_ties_break_by_id():
+    memory = [item("a", 0.10), item("b", 0.42), item("c", 0.38), item("d", 0.50), item("e", 0.29), item("f", 0.90)]
+    assert [p.id for p in select_parents(memory, 0.40)] == ["b", "c", "d", "e"]
+    tie = [item("z", 0.3), item("y", 0.5)]
+    assert [p.id for p in select_parents(tie, 0.4, k=1)] == ["y"]
+
+
+def test_references_exclude_the_parent_and_cap_at_k():
+    memory = [item(str(i), i / 40) for i in range(40)]
+    refs = select_references(memory, 0.5, parent_id="20", k=16)
+    assert len(refs) == 16 and "20" not in {r.id for r in refs}
+    assert max(abs(r.d - 0.5) for r in refs) <= 8 / 40 + 1e-12
+    assert to_display(0.4567) == 4.57
+
+
+def test_stop_rule_tolerance_and_round_cap():
+    p = SearchParams()
+    assert should_stop(0.009, 1, p) and should_stop(0.01, 1, p)
+    assert not should_stop(0.011, 7, p)
+    assert should_stop(0.5, 8, p) and should_stop(None, 8, p)
+    assert not should_stop(None, 1, p)
+    assert p.children_per_round == 16
+
+
+def test_gaps_recomputed_after_insertion():
+    d = np.array([0.0, 0.1, 0.2, 0.7, 1.0])
+    first = propose_gaps(d, [], 2)
+    assert (first[0].lo, first[0].hi) == (0.2, 0.7) and first[0].mid == pytest.approx(0.45)
+    assert (first[1].lo, first[1].hi) == (0.7, 1.0)
+    after = propose_gaps(d, [0.45], 1)[0]
+    assert (after.lo, after.hi) == (0.7, 1.0)  # sequential: the filled gap is gone
+
+
+def test_oracle_and_top3_reduction_hand_case():
+    d = np.array([0.0, 0.1, 0.3, 0.9, 1.0])  # gaps 0.1, 0.2, 0.6, 0.1 -> Top-3 = 0.9
+    ins = oracle_insertions(d, 3)
+    # 1st: mid of [0.3, 0.9] = 0.6; 2nd and 3rd: the two halves' midpoints 0.45 and 0.75 (either order)
+    assert ins[0] == pytest.approx(0.6) and sorted(ins[1:]) == pytest.approx([0.45, 0.75])
+    # after: gaps 0.1, 0.2, 0.15, 0.15, 0.15, 0.15, 0.1 -> Top-3 = 0.5
+    assert top_k_reduction(d, ins, 3) == pytest.approx((0.9 - 0.5) / 0.9)
+    # an item placed outside [0, 1] fills nothing
+    assert top_k_reduction(d, [1.3], 3) == pytest.approx(0.0)
