@@ -325,6 +325,32 @@ def detect(
         console.print(f"wrote {json_out}")
 
 
+# ---- evaluate ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+@friendly_errors
+def evaluate(
+    items: Path = typer.Argument(..., help="items JSONL (id, question, answer[, choices, format])"),
+    config: Path = typer.Option(..., "--config", "-c", help="run config (TOML or YAML) naming the panel models"),
+    out: Path = typer.Option(..., "--out", "-o", help="run folder: responses.csv, calls.sqlite, summary.json"),
+    limit: Optional[int] = typer.Option(None, "--limit", help="only the first N items"),
+    rollouts: Optional[int] = typer.Option(None, "--rollouts", help="override every panel model's rollouts"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="live progress bar"),
+) -> None:
+    """Every panel model answers every item `rollouts` times; answers are graded (objective first) and counted
+    into a response file `benchfill diagnose` reads. Calls are cached: a rerun or a resumed run pays nothing twice."""
+    from benchfill.models.config import load_config
+    from benchfill.models.evaluate import evaluate as run_evaluate
+    from benchfill.models.progress import live_progress, print_summary, simulated_banner
+
+    if load_config(config).simulated:
+        simulated_banner(console)
+    with live_progress(console, enabled=progress and console.is_terminal) as state:
+        result = run_evaluate(items, config, out, limit=limit, rollouts=rollouts, progress=state)
+    print_summary(console, result)
+
+
 def main() -> None:  # pragma: no cover - entry point
     app()
 

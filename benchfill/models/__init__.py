@@ -1,0 +1,12 @@
+"""Talking to models: config, call cache, async client (litellm / vLLM / simulated), grading and ``evaluate``.
+
+Import the submodules directly; this package imports nothing heavy (litellm, vllm) at import time:
+
+- :mod:`benchfill.models.config`: ``load_config``, ``validate_config``, ``RunConfig``, ``ModelConfig``
+- :mod:`benchfill.models.client`: ``ModelClient``, ``SyncModelClient``, ``CallResult``
+- :mod:`benchfill.models.cache`: ``CallCache``, ``call_key``
+- :mod:`benchfill.models.grading`: ``grade``, ``Grader``, ``GradeResult``
+- :mod:`benchfill.models.prompts`: ``PromptLibrary``, ``render``, ``answer_messages``, ``rewrite_messages``...
+- :mod:`benchfill.models.sim`: ``SimWorld``
+- :mod:`benchfill.models.evaluate`: ``evaluate``, ``run_evaluation``
+"""

@@ -1,0 +1,397 @@
+"""Run configuration: which model plays which role, with what parameters, read from TOML (or YAML).
+
+A config names roles — ``rewriter``, ``judge``, ``panel`` (a list), ``grader`` — each a :class:`ModelConfig`
+(a litellm model string plus sampling parameters, rollouts, endpoint and limits). API keys are never written in
+the file: a role names the environment variable that holds its key (``api_key_env``).
+
+Model strings, by prefix:
+
+- ``sim/<name>``: the offline simulated world (:mod:`benchfill.models.sim`); no key, no network.
+- ``vllm/<hf-model-or-path>``: the in-process vLLM engine (:mod:`benchfill.models.vllm_backend`, optional extra).
+- anything else: a litellm model string (``openai/...``, ``anthropic/...``, ``hosted_vllm/...`` with
+  ``api_base``); ``api_bases = [...]`` puts several servers of the same model behind a litellm Router.
+
+:func:`load_config` turns every problem (syntax, unknown field, wrong type) into one
+:class:`~benchfill.errors.InputError` naming the file and the field; :func:`validate_config` then checks, before
+any call is made, that litellm can map each provider and that each needed API key is in the environment.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Iterator, Literal
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from benchfill.errors import InputError
+
+Role = Literal["rewriter", "judge", "panel", "grader"]
+ROLES: tuple[Role, ...] = ("rewriter", "judge", "panel", "grader")
+
+# Fields that change where or how patiently a call is made, never what the model answers: they stay out of the
+# cache key, so moving a server to another port or raising a timeout does not invalidate finished work.
+TRANSPORT_FIELDS = frozenset(
+    {"name", "api_base", "api_bases", "api_key_env", "timeout", "max_retries", "max_concurrency", "backoff_initial",
+     "backoff_max", "rollouts", "vllm_engine", "router"}
+)
+_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "host.docker.internal"}
+
+
+class ModelConfig(BaseModel):
+    """One model in one role: what to call and how.
+
+    Attributes:
+        model: litellm model string (``openai/gpt-5.4``, ``hosted_vllm/Qwen/QwQ-32B``), ``sim/<name>`` or
+            ``vllm/<hf-model-or-path>``.
+        name: the label in outputs (the response file's ``model`` column); defaults to ``model``.
+        temperature, top_p, max_tokens: sampling parameters sent with every call (omitted when unset).
+        seed: base seed; sample ``k`` of a rollout is sent ``seed + k`` where the provider accepts a seed.
+        rollouts: answers drawn per item (the panel's ``n_trials``).
+        params: any further litellm / provider parameters (``reasoning_effort``, ``top_k``, ``extra_body``...).
+        api_base: the endpoint (a vLLM server: ``http://host:8000/v1``).
+        api_bases: several endpoints serving the same model; calls are spread by a litellm Router.
+        api_key_env: the environment variable holding the API key (never the key itself).
+        timeout: seconds per attempt.
+        max_retries: retries after the first attempt on 429 / timeout / 5xx / connection errors.
+        backoff_initial, backoff_max: exponential backoff bounds, in seconds.
+        max_concurrency: calls in flight at once for this model.
+        router: extra litellm Router arguments (``routing_strategy``...), used with ``api_bases``.
+        vllm_engine: engine arguments for ``vllm/`` models (``tensor_parallel_size``, ``gpu_memory_utilization``...).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    name: str | None = None
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    max_tokens: int | None = Field(default=None, gt=0)
+    seed: int | None = 0
+    rollouts: int = Field(default=1, ge=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+    api_base: str | None = None
+    api_bases: list[str] = Field(default_factory=list)
+    api_key_env: str | None = None
+    timeout: float = Field(default=600.0, gt=0)
+    max_retries: int = Field(default=5, ge=0)
+    backoff_initial: float = Field(default=1.0, ge=0)
+    backoff_max: float = Field(default=60.0, ge=0)
+    max_concurrency: int = Field(default=8, ge=1)
+    router: dict[str, Any] = Field(default_factory=dict)
+    vllm_engine: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("model")
+    @classmethod
+    def _model_nonempty(cls, v: str) -> str:
+        v = v.strip()
+        if not v:
+            raise ValueError("model string is empty")
+        return v
+
+    @field_validator("params")
+    @classmethod
+    def _no_secret_params(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from benchfill.models.cache import is_secret_name
+
+        for key in v:
+            if is_secret_name(key):
+                raise ValueError(f"{key}: secrets do not belong in the config; use api_key_env")
+        return v
+
+    @property
+    def label(self) -> str:
+        """The name used in outputs."""
+        return self.name or self.model
+
+    @property
+    def backend(self) -> Literal["sim", "vllm", "litellm"]:
+        if self.model.startswith("sim/"):
+            return "sim"
+        if self.model.startswith("vllm/"):
+            return "vllm"
+        return "litellm"
+
+    @property
+    def is_simulated(self) -> bool:
+        return self.backend == "sim"
+
+    def endpoints(self) -> list[str]:
+        """Every configured endpoint (``api_base`` first)."""
+        return [b for b in ([self.api_base] if self.api_base else []) + list(self.api_bases) if b]
+
+    def is_local(self) -> bool:
+        """All endpoints are on this machine (a local vLLM / Ollama server needs no key)."""
+        ends = self.endpoints()
+        return bool(ends) and all((urlparse(e).hostname or "") in _LOCAL_HOSTS for e in ends)
+
+    def sampling_params(self) -> dict[str, Any]:
+        """What the model is asked with (enters the cache key): sampling fields plus ``params``; unset omitted."""
+        out: dict[str, Any] = {}
+        for key in ("temperature", "top_p", "max_tokens"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        out.update(self.params)
+        return out
+
+
+class SimConfig(BaseModel):
+    """The offline simulated world (``sim/...`` models); see :class:`benchfill.models.sim.SimWorld`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seed: int = 0
+    abilities: dict[str, float] = Field(default_factory=dict)
+    difficulties: dict[str, float] = Field(default_factory=dict)
+    step: float = Field(default=0.5, ge=0, le=1)
+    noise: float = Field(default=0.3, ge=0)
+    scatter: float = Field(default=0.8, ge=0)
+    invalid_rate: float = Field(default=0.1, ge=0, le=1)
+    format_failure_rate: float = Field(default=0.0, ge=0, le=1)
+    b_range: tuple[float, float] | None = None
+
+
+class RunConfig(BaseModel):
+    """A whole run: the four roles, prompt overrides, the simulated world and the search's own section.
+
+    ``defaults`` (a table) fills every role's missing fields, so a 12-model panel need not repeat
+    ``api_base`` or ``timeout``. ``fill`` is left open for the BenchFill search to define.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    rewriter: ModelConfig | None = None
+    judge: ModelConfig | None = None
+    panel: list[ModelConfig] = Field(default_factory=list)
+    grader: ModelConfig | None = None
+    prompts: dict[str, str] = Field(default_factory=dict)
+    sim: SimConfig | None = None
+    fill: dict[str, Any] = Field(default_factory=dict)
+    seed: int = 0
+    source: str = "<memory>"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "defaults" not in data:
+            return data
+        data = dict(data)
+        defaults = data.pop("defaults") or {}
+        if not isinstance(defaults, dict):
+            raise ValueError("defaults must be a table")
+
+        def merge(role: Any) -> Any:
+            return {**defaults, **role} if isinstance(role, dict) else role
+
+        for role in ("rewriter", "judge", "grader"):
+            if role in data:
+                data[role] = merge(data[role])
+        if isinstance(data.get("panel"), list):
+            data["panel"] = [merge(p) for p in data["panel"]]
+        return data
+
+    @model_validator(mode="after")
+    def _unique_panel_names(self) -> "RunConfig":
+        seen: set[str] = set()
+        for k, cfg in enumerate(self.panel):
+            if cfg.label in seen:
+                raise ValueError(f"panel[{k}]: duplicate panel model name {cfg.label!r} (set a distinct 'name')")
+            seen.add(cfg.label)
+        return self
+
+    def roles(self) -> Iterator[tuple[str, ModelConfig]]:
+        """Every configured model with its place in the file (``panel[3]``, ``judge``)."""
+        for role in ("rewriter", "judge", "grader"):
+            cfg = getattr(self, role)
+            if cfg is not None:
+                yield role, cfg
+        for k, cfg in enumerate(self.panel):
+            yield f"panel[{k}]", cfg
+
+    @property
+    def simulated(self) -> bool:
+        """Any role is played by the simulated world (every output must then say SIMULATED)."""
+        return any(cfg.is_simulated for _, cfg in self.roles())
+
+    def prompt_overrides(self) -> tuple[Path | None, dict[str, Path]]:
+        """(folder of override templates, {template name: file}) with paths resolved against the config file."""
+        base = Path(self.source).parent if self.source != "<memory>" else Path.cwd()
+        folder = None
+        files: dict[str, Path] = {}
+        for key, value in self.prompts.items():
+            path = Path(value).expanduser()
+            path = path if path.is_absolute() else base / path
+            if key == "dir":
+                folder = path
+            else:
+                files[key] = path
+        return folder, files
+
+
+# ----------------------------------------------------------------------------------------------- loading
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "<top level>"
+
+
+def _read_mapping(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(str(path), "config file not found") from None
+    except (IsADirectoryError, UnicodeDecodeError) as exc:
+        raise InputError(str(path), f"cannot read config ({exc.__class__.__name__})") from None
+    suffix = path.suffix.lower()
+    if suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            raise InputError(
+                str(path), f"invalid YAML ({getattr(exc, 'problem', exc)})", row=mark.line + 1 if mark else None
+            ) from None
+    else:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise InputError(str(path), f"invalid TOML ({exc})") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InputError(str(path), "config must be a table / mapping at the top level")
+    return data
+
+
+def _reject_inline_keys(path: Path, data: Any, where: str = "") -> None:
+    """API keys come from the environment only: refuse ``api_key = "sk-..."`` anywhere in the file."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            here = f"{where}.{key}" if where else str(key)
+            if str(key).lower() in ("api_key", "apikey", "openai_api_key", "key"):
+                raise InputError(
+                    str(path), f"{here}: API keys must not be written in the config; set api_key_env = \"VAR_NAME\""
+                )
+            _reject_inline_keys(path, value, here)
+    elif isinstance(data, list):
+        for k, value in enumerate(data):
+            _reject_inline_keys(path, value, f"{where}[{k}]")
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) run config; every problem -> one InputError."""
+    path = Path(path)
+    data = _read_mapping(path)
+    for role in ("rewriter", "judge", "grader", "panel", "defaults"):
+        if role in data:
+            _reject_inline_keys(path, data[role], role)
+    return config_from_dict(data, source=str(path))
+
+
+def config_from_dict(data: dict[str, Any], source: str = "<memory>") -> RunConfig:
+    """Build a :class:`RunConfig` from a mapping (what a TOML / YAML file holds)."""
+    try:
+        return RunConfig.model_validate({**data, "source": source})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown field"
+        raise InputError(source, f"{_loc(tuple(err.get('loc', ())))}: {msg}") from None
+
+
+# ----------------------------------------------------------------------------------------------- validation
+
+
+def _litellm_provider(model: str, api_base: str | None) -> str:
+    """The provider litellm maps ``model`` to; raises ValueError when it cannot."""
+    from benchfill.models.client import import_litellm
+
+    litellm = import_litellm()
+    try:
+        _, provider, _, _ = litellm.get_llm_provider(model=model, api_base=api_base)
+    except Exception as exc:  # litellm raises BadRequestError for an unmappable string
+        raise ValueError(str(exc).splitlines()[0]) from None
+    return provider
+
+
+def validate_model(cfg: ModelConfig, where: str, source: str, sim: SimConfig | None = None) -> None:
+    """Check one role's model can be called, without calling it: provider known, key present, extras installed."""
+    if cfg.backend == "sim":
+        name = cfg.model.removeprefix("sim/")
+        if not name:
+            raise InputError(source, f"{where}.model: 'sim/' needs a name (sim/<name>)")
+        if where.startswith("panel") and (sim is None or name not in sim.abilities):
+            raise InputError(
+                source, f"{where}.model: simulated panel model {cfg.model!r} has no ability; add it under [sim.abilities]"
+            )
+        return
+    if cfg.backend == "vllm":
+        if not cfg.model.removeprefix("vllm/"):
+            raise InputError(source, f"{where}.model: 'vllm/' needs a model name or path (vllm/<hf-model-or-path>)")
+        if importlib.util.find_spec("vllm") is None:
+            raise InputError(
+                source, f"{where}.model: {cfg.model!r} needs the in-process vLLM engine: pip install 'benchfill[vllm]'"
+            )
+        return
+    for base in cfg.endpoints():
+        parsed = urlparse(base)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise InputError(source, f"{where}.api_base: {base!r} is not an http(s) URL")
+    try:
+        provider = _litellm_provider(cfg.model, cfg.api_base)
+    except ValueError:
+        raise InputError(
+            source,
+            f"{where}.model: unknown model string {cfg.model!r}: litellm cannot map its provider "
+            "(write it as provider/model, e.g. openai/gpt-4o, hosted_vllm/<model> with api_base, sim/<name>)",
+        ) from None
+    if cfg.api_key_env:
+        if not os.environ.get(cfg.api_key_env):
+            raise InputError(
+                source, f"{where}.api_key_env: environment variable {cfg.api_key_env} is not set (needed by {cfg.model})"
+            )
+        return
+    if cfg.is_local() or provider in ("hosted_vllm", "ollama", "ollama_chat", "lm_studio", "llamafile"):
+        return  # a local server: no key needed
+    from benchfill.models.client import import_litellm
+
+    try:
+        env = import_litellm().validate_environment(model=cfg.model, api_base=cfg.api_base)
+    except Exception:  # pragma: no cover - litellm could not tell; let the call report it
+        return
+    missing = [k for k in env.get("missing_keys", []) if "KEY" in k.upper() or "TOKEN" in k.upper()]
+    if missing:
+        raise InputError(
+            source,
+            f"{where}: {cfg.model} needs an API key: set {missing[0]} in the environment "
+            f"(or name another variable with api_key_env)",
+        )
+
+
+def validate_config(cfg: RunConfig, need: tuple[str, ...] = ("panel",)) -> None:
+    """Check every role that the command will use (``need``: ``panel``, ``rewriter``, ``judge``, ``grader``) can be
+    called; the first problem -> InputError.
+
+    Runs before any model call, so a typo in a model string or a missing key costs nothing.
+    """
+    for role in need:
+        if role == "panel" and not cfg.panel:
+            raise InputError(cfg.source, "panel: no panel models configured (add [[panel]] tables)")
+        if role != "panel" and getattr(cfg, role) is None:
+            raise InputError(cfg.source, f"{role}: this command needs a [{role}] model")
+    for where, model in cfg.roles():
+        if where.split("[")[0] in need:
+            validate_model(model, where, cfg.source, cfg.sim)

@@ -1,0 +1,250 @@
+"""``benchfill evaluate``: every panel model answers every item ``rollouts`` times; answers are graded; the counts
+are written in the long response format that ``benchfill diagnose`` reads.
+
+Outputs in the run folder:
+
+- ``responses.csv``: ``model,item_id,n_correct,n_trials`` (one row per model x item with a gradable answer;
+  ungradable answers are not trials);
+- ``calls.sqlite``: the call cache and per-call log (:mod:`benchfill.models.cache`) plus every grade;
+- ``skipped.csv``: each ungradable or failed answer with its reason;
+- ``summary.json``: counts, tokens, cost, per-model accuracy, and ``"simulated": true`` when any sim model played.
+
+A rerun of the same command is served from the cache (no model call) and writes identical files; an interrupted
+run resumes where it stopped, because each finished call was committed when it returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from benchfill.data import Item, load_items
+from benchfill.errors import InputError
+from benchfill.io import atomic_write_json, atomic_write_text
+from benchfill.models.cache import CallCache
+from benchfill.models.client import CallResult, ClientStats, ModelClient
+from benchfill.models.config import ModelConfig, RunConfig, load_config, validate_config
+from benchfill.models.grading import GradeResult, Grader
+from benchfill.models.prompts import PromptLibrary, answer_messages
+
+RESPONSES = "responses.csv"
+CALLS_DB = "calls.sqlite"
+SKIPPED = "skipped.csv"
+SUMMARY = "summary.json"
+
+
+@dataclass
+class Progress:
+    """Counters a progress display reads; ``on_update`` is called after every graded answer."""
+
+    answers_total: int = 0
+    answers_done: int = 0
+    items_total: int = 0
+    items_done: int = 0
+    stats: ClientStats | None = None
+    on_update: Callable[["Progress", CallResult | None], None] | None = None
+
+
+@dataclass
+class EvaluationResult:
+    """What ``evaluate`` did (also written to ``summary.json``)."""
+
+    out_dir: str
+    responses_path: str
+    calls_path: str
+    simulated: bool
+    n_items: int
+    models: list[str]
+    rollouts: dict[str, int]
+    answers: int
+    counted: int
+    correct: int
+    skipped: dict[str, dict[str, int]]
+    call_errors: int
+    calls_made: int
+    cached: int
+    retries: int
+    tokens_in: int
+    tokens_out: int
+    cost: float
+    accuracy: dict[str, float | None]
+    items_without_gradable_answer: list[str] = field(default_factory=list)
+    first_errors: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        if self.simulated:
+            data = {"label": "SIMULATED: answers come from the offline simulated world, not from real models",
+                    **data}
+        return data
+
+
+def _rollouts(cfg: ModelConfig, override: int | None) -> int:
+    return override if override is not None else cfg.rollouts
+
+
+async def run_evaluation(
+    items: Sequence[Item], config: RunConfig, out_dir: str | Path, *, rollouts: int | None = None,
+    progress: Progress | None = None, client: ModelClient | None = None,
+) -> EvaluationResult:
+    """Answer, grade and count (see the module docstring). ``config`` must already be validated."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    prompts = PromptLibrary.from_config(config)
+    sim = None
+    if config.simulated:
+        from benchfill.models.config import SimConfig
+        from benchfill.models.sim import SimWorld
+
+        sim = SimWorld.from_config(config.sim or SimConfig())
+        sim.register_items(items)
+    progress = progress or Progress()
+    own_client = client is None
+    client = client or ModelClient(CallCache(out / CALLS_DB), sim=sim)
+    cache = client.cache
+    progress.stats = client.stats
+    if config.simulated:
+        cache.set_meta("simulated", True)
+    grader = Grader(client, config.grader, prompts)
+    panel = config.panel
+    n_roll = {m.label: _rollouts(m, rollouts) for m in panel}
+    progress.answers_total = sum(n_roll.values()) * len(items)
+    progress.items_total = len(items)
+    messages = [answer_messages(item, prompts) for item in items]
+    fingerprints = [grader.fingerprint(item) for item in items]
+
+    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    skips: list[tuple[str, str, int, str, str]] = []
+    pending_per_item = [sum(n_roll.values()) for _ in items]
+
+    async def answer_one(model: ModelConfig, i: int, k: int) -> None:
+        item = items[i]
+        result = await client.complete(model, messages[i], sample_index=k, role="panel", item=item)
+        if not result.ok:
+            grade = GradeResult("skip", 0.0, "call", None, f"call failed: {result.error}")
+        else:
+            stored = cache.get_grade(result.key, fingerprints[i])
+            if stored is not None:
+                grade = GradeResult(stored["label"], stored["score"] or 0.0, stored["method"], stored["extracted"],
+                                    stored["reason"])
+            else:
+                grade = await grader.grade(item, result.text)
+                # a judge failure is not stored: a rerun asks again (its successful calls are cached anyway)
+                if not (grade.label == "skip" and grade.reason and grade.reason.startswith("judge failed")):
+                    cache.put_grade(result.key, fingerprints[i], grade.as_dict())
+        cell = counts[(model.label, item.id)]
+        if grade.label == "skip":
+            skips.append((model.label, item.id, k, grade.method, grade.reason or ""))
+        else:
+            cell[1] += 1
+            cell[0] += grade.label == "correct"
+        progress.answers_done += 1
+        pending_per_item[i] -= 1
+        if pending_per_item[i] == 0:
+            progress.items_done += 1
+        if progress.on_update is not None:
+            progress.on_update(progress, result)
+
+    async def run_model(model: ModelConfig) -> None:
+        n = n_roll[model.label]
+        if model.backend == "vllm":
+            await client.prefetch(model, [(messages[i], range(n)) for i in range(len(items))], role="panel")
+        jobs: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+        for i in range(len(items)):
+            for k in range(n):
+                jobs.put_nowait((i, k))
+        # one worker per concurrency slot: a slow model never holds up the others' queues
+        workers = 1 if model.backend == "sim" else model.max_concurrency
+
+        async def worker() -> None:
+            while True:
+                try:
+                    i, k = jobs.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                await answer_one(model, i, k)
+
+        await asyncio.gather(*(worker() for _ in range(min(workers, max(1, jobs.qsize())))))
+
+    try:
+        await asyncio.gather(*(run_model(m) for m in panel))
+    finally:
+        if own_client:
+            await client.aclose()
+    return _write_outputs(out, items, config, n_roll, counts, skips, client)
+
+
+def _write_outputs(out: Path, items: Sequence[Item], config: RunConfig, n_roll: dict[str, int],
+                   counts: dict[tuple[str, str], list[int]], skips: list[tuple[str, str, int, str, str]],
+                   client: ModelClient) -> EvaluationResult:
+    labels = [m.label for m in config.panel]
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["model", "item_id", "n_correct", "n_trials"])
+    attempted: set[str] = set()
+    correct_total = counted_total = 0
+    accuracy: dict[str, float | None] = {}
+    for label in labels:  # fixed order (config, then items): a rerun writes the identical file
+        c_sum = t_sum = 0
+        for item in items:
+            c, t = counts.get((label, item.id), (0, 0))
+            if t > 0:
+                writer.writerow([label, item.id, c, t])
+                attempted.add(item.id)
+            c_sum += c
+            t_sum += t
+        accuracy[label] = round(c_sum / t_sum, 6) if t_sum else None
+        correct_total += c_sum
+        counted_total += t_sum
+    responses = atomic_write_text(out / RESPONSES, buf.getvalue())
+
+    order = {item.id: n for n, item in enumerate(items)}
+    skips.sort(key=lambda s: (labels.index(s[0]), order[s[1]], s[2]))
+    sbuf = io.StringIO()
+    swriter = csv.writer(sbuf, lineterminator="\n")
+    swriter.writerow(["model", "item_id", "sample_index", "method", "reason"])
+    swriter.writerows(skips)
+    atomic_write_text(out / SKIPPED, sbuf.getvalue())
+
+    by_model: dict[str, Counter[str]] = {label: Counter() for label in labels}
+    for label, _, _, _, reason in skips:
+        by_model[label][reason.split(":")[0] if reason.startswith("call failed") else reason] += 1
+    stats = client.stats
+    result = EvaluationResult(
+        out_dir=str(out), responses_path=str(responses), calls_path=str(out / CALLS_DB), simulated=config.simulated,
+        n_items=len(items), models=labels, rollouts=n_roll, answers=sum(n_roll.values()) * len(items),
+        counted=counted_total, correct=correct_total,
+        skipped={k: dict(sorted(v.items())) for k, v in by_model.items() if v},
+        call_errors=sum(1 for s in skips if s[3] == "call"), calls_made=stats.calls, cached=stats.cached,
+        retries=stats.retries, tokens_in=stats.tokens_in, tokens_out=stats.tokens_out, cost=round(stats.cost, 6),
+        accuracy=accuracy, items_without_gradable_answer=[it.id for it in items if it.id not in attempted],
+        first_errors=list(stats.first_errors),
+    )
+    summary = result.to_json()
+    # run-specific counters (calls made now vs cached) change between a run and its rerun; they go in the
+    # summary, never in responses.csv, which stays byte-identical.
+    atomic_write_json(out / SUMMARY, summary)
+    return result
+
+
+def evaluate(items_path: str | Path, config_path: str | Path, out_dir: str | Path, *, limit: int | None = None,
+             rollouts: int | None = None, progress: Progress | None = None) -> EvaluationResult:
+    """Load and validate everything (no call is made before the config, keys and items check out), then run."""
+    config = load_config(config_path)
+    validate_config(config, need=("panel",))
+    if limit is not None and limit < 1:
+        raise InputError(str(items_path), f"--limit {limit}: must be at least 1")
+    if rollouts is not None and rollouts < 1:
+        raise InputError(str(config_path), f"--rollouts {rollouts}: must be at least 1")
+    items = load_items(items_path)
+    if limit is not None:
+        items = items[:limit]
+    if config.grader is not None and any(item.resolved_format == "open" for item in items):
+        validate_config(config, need=("grader",))  # the judge of open answers is called: it must be callable
+    PromptLibrary.from_config(config)  # template overrides exist and parse, before any call
+    return asyncio.run(run_evaluation(items, config, out_dir, rollouts=rollouts, progress=progress))

@@ -1,0 +1,581 @@
+"""Objective-first grading (SPEC section 6): route by item format, use an LLM judge only for open answers.
+
+- ``mcq``: option letter(s), exact / set match. The parser reads "Answer: C" as C (never the A of "Answer"),
+  "(B)" as B, "B and D" as {B, D}, "the answer is c" as C, an option's text as its letter.
+- ``numeric``: |x - gold| <= max(1e-6, 1e-4 |gold|); "1,000" = 1000, "1/2" = 0.5, "50%" = 50 or 0.5,
+  ``\\frac{1}{2}`` = 0.5.
+- ``math``: the last ``\\boxed{}`` (else "the answer is ...", else the last inline math); equal when the normalised
+  strings match, or the numbers agree, or math-verify (then sympy) finds them symbolically equal.
+- ``short``: normalised exact match (case, punctuation, articles, whitespace), also against
+  ``metadata['aliases']``.
+- ``open``: an LLM judge (the ``grader`` role) with a rubric, returning JSON {label, score}.
+
+Whatever cannot be graded — an empty response, no extractable answer, unfinished reasoning, a judge failure — is
+``skip``: never counted as wrong, and not counted as a trial.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import string
+import threading
+import unicodedata
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from benchfill.data import Item
+
+if TYPE_CHECKING:  # pragma: no cover
+    from benchfill.models.client import ModelClient
+    from benchfill.models.config import ModelConfig
+    from benchfill.models.prompts import PromptLibrary
+
+Label = Literal["correct", "incorrect", "skip"]
+GRADER_VERSION = "1"  # bump when a rule changes: stored grades keyed by an older version are recomputed
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    """The verdict on one answer.
+
+    Attributes:
+        label: ``correct``, ``incorrect`` or ``skip`` (ungradable: not a trial).
+        score: 1.0 / 0.0 for objective formats; the judge's score in [0, 1] for open answers.
+        method: the route taken (``mcq``, ``numeric``, ``math``, ``short``, ``judge``...).
+        extracted: the answer read from the response, if any.
+        reason: why, for skips and judge verdicts.
+    """
+
+    label: Label
+    score: float
+    method: str
+    extracted: str | None = None
+    reason: str | None = None
+
+    @property
+    def counted(self) -> bool:
+        return self.label != "skip"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _skip(method: str, reason: str, extracted: str | None = None) -> GradeResult:
+    return GradeResult("skip", 0.0, method, extracted, reason)
+
+
+def _verdict(ok: bool, method: str, extracted: str | None, reason: str | None = None) -> GradeResult:
+    return GradeResult("correct" if ok else "incorrect", 1.0 if ok else 0.0, method, extracted, reason)
+
+
+# ----------------------------------------------------------------------------------------------- response text
+
+
+def final_text(response: str | None) -> tuple[str | None, str | None]:
+    """The part of a response that holds the answer: reasoning (``<think>...</think>``, a gpt-oss analysis channel)
+    removed. Returns (text, reason-it-is-ungradable)."""
+    if response is None:
+        return None, "no response"
+    text = response
+    if "</think>" in text:
+        text = text.rsplit("</think>", 1)[1]
+    elif "<think>" in text:
+        return None, "unfinished reasoning (<think> without </think>)"
+    if "<|channel|>final<|message|>" in text:
+        text = text.rsplit("<|channel|>final<|message|>", 1)[1]
+    text = text.replace("<|end|>", "").replace("<|return|>", "").strip()
+    if not text:
+        return None, "empty response"
+    return text, None
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``), braces balanced; None if there is none."""
+    best = None
+    for match in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
+        depth, start = 1, match.end()
+        for pos in range(start, len(text)):
+            ch = text[pos]
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    best = text[start:pos]
+                    break
+    if best is None:
+        m = re.findall(r"\\boxed\s+([^\s$]+)", text)  # "\boxed 5"
+        if m:
+            best = m[-1]
+    return best.strip() if best is not None else None
+
+
+_ANSWER_IS = re.compile(
+    r"(?:final\s+answer|the\s+answer|answer)\s*(?:is|:|=|would\s+be|should\s+be|will\s+be)\s*:?\s*(.+)", re.IGNORECASE
+)
+
+
+def answer_phrase(text: str) -> str | None:
+    """What follows the last "answer is" / "Answer:" on its line, trimmed of markdown and a final period."""
+    found = None
+    for line in text.splitlines():
+        for m in _ANSWER_IS.finditer(line):
+            found = m.group(1)
+    if found is None:
+        return None
+    found = found.strip().strip("*_").strip()
+    found = re.sub(r"^\$+|\$+$", "", found.rstrip(".").strip()).strip()
+    found = found.strip("*_ ").rstrip(".").strip()
+    return found or None
+
+
+def extract_final_answer(response: str | None) -> str | None:
+    """The final answer of a free-form (math / numeric / short) response: last boxed, else "answer is ...",
+    else the last inline math ``$...$``; None when nothing answer-like is there."""
+    text, _ = final_text(response)
+    if text is None:
+        return None
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed
+    phrase = answer_phrase(text)
+    if phrase is not None:
+        inner = last_boxed(phrase)
+        return inner if inner is not None else phrase
+    maths = re.findall(r"\$\$(.+?)\$\$|\\\[(.+?)\\\]|\$([^$]+)\$", text, flags=re.DOTALL)
+    if maths:
+        last = [g for g in maths[-1] if g][0]
+        return last.split("=")[-1].strip()
+    return None
+
+
+# ----------------------------------------------------------------------------------------------- numbers
+
+
+def _strip_latex(s: str) -> str:
+    s = s.strip().strip("$").strip()
+    s = re.sub(r"\\(?:left|right|displaystyle|!|,|;|:|quad|qquad)", "", s)
+    s = s.replace("{,}", ",").replace("\\%", "%").replace("\\$", "").replace("−", "-").replace("\\cdot", "*")
+    s = re.sub(r"\\(?:text|textbf|mathrm|mbox|operatorname)\{([^{}]*)\}", r"\1", s)
+    s = re.sub(r"\^\s*\{?\\circ\}?", "", s)  # degrees
+    s = re.sub(r"\\[dt]frac", r"\\frac", s)
+    return s.strip()
+
+
+_NUM = r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?|[+-]?\.\d+"
+_NUM_RE = re.compile(rf"^(?:{_NUM})$")
+
+
+def parse_number(text: str | None) -> tuple[float, bool] | None:
+    """A number from an answer string, with whether it was a percentage: "1,000" -> 1000, "1/2" -> 0.5,
+    "\\frac{1}{2}" -> 0.5, "-\\frac{3}{4}" -> -0.75, "50%" -> (50, True), "2.5 \\times 10^{3}" -> 2500,
+    "12 cm" -> 12; None for anything else (expressions, tuples, words)."""
+    if text is None:
+        return None
+    s = _strip_latex(text)
+    s = s.rstrip(".").strip()
+    percent = s.endswith("%")
+    s = s.rstrip("%").strip()
+    if s.lower().endswith("percent"):
+        percent, s = True, s[: -len("percent")].strip()
+    # trailing unit words ("12 cm", "5 dollars"), only after a plain number
+    m = re.match(rf"^({_NUM}|[+-]?\d+\s*/\s*\d+)\s+[a-zA-Z][a-zA-Z .]*$", s)
+    if m:
+        s = m.group(1)
+    s = s.replace(" ", "")
+    frac = re.fullmatch(r"([+-]?)\\frac\{?([+-]?[\d.]+)\}?\{?([+-]?[\d.]+)\}?", s)
+    if frac:
+        try:
+            value = float(frac.group(2)) / float(frac.group(3))
+        except (ValueError, ZeroDivisionError):
+            return None
+        return (-value if frac.group(1) == "-" else value), percent
+    slash = re.fullmatch(r"([+-]?\d+(?:\.\d+)?)/([+-]?\d+(?:\.\d+)?)", s)
+    if slash:
+        try:
+            return float(slash.group(1)) / float(slash.group(2)), percent
+        except ZeroDivisionError:
+            return None
+    sci = re.fullmatch(rf"({_NUM})(?:\\times|\*|x)10\^\{{?([+-]?\d+)\}}?", s)
+    if sci:
+        return float(sci.group(1).replace(",", "")) * 10.0 ** int(sci.group(2)), percent
+    if _NUM_RE.match(s):
+        value = float(s.replace(",", ""))
+        return (value, percent) if math.isfinite(value) else None
+    return None
+
+
+def numbers_close(gold: float, value: float) -> bool:
+    """The numeric tolerance of SPEC section 6: max(1e-6, 1e-4 |gold|)."""
+    return abs(value - gold) <= max(1e-6, 1e-4 * abs(gold))
+
+
+def numeric_equal(gold: str, pred: str) -> bool | None:
+    """Whether two answer strings are the same number (a percentage matches either reading); None if either is
+    not a number."""
+    g, p = parse_number(gold), parse_number(pred)
+    if g is None or p is None:
+        return None
+    gv, gpct = g
+    pv, ppct = p
+    golds = {gv} | ({gv / 100} if gpct else set())
+    preds = {pv} | ({pv / 100} if ppct else set())
+    return any(numbers_close(a, b) for a in golds for b in preds)
+
+
+# ----------------------------------------------------------------------------------------------- math
+
+
+def _normalise_math(s: str) -> str:
+    s = _strip_latex(s)
+    s = re.sub(r"\s+", "", s)
+    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    s = re.sub(r"^[a-zA-Z]\s*=", "", s)  # "x = 5" -> "5"
+    return s.rstrip(".")
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def latex_value(text: str) -> float | None:
+    """The numeric value of a closed-form LaTeX expression (``\\sqrt{2}``, ``2\\pi``), or None."""
+    parsed = parse_number(text)
+    if parsed is not None:
+        return parsed[0]
+    try:
+        from latex2sympy2_extended import latex2sympy
+
+        expr = latex2sympy(_strip_latex(text))
+        if getattr(expr, "free_symbols", None):
+            return None
+        value = complex(expr.evalf())
+    except Exception:
+        return None
+    if abs(value.imag) > 1e-12 or not math.isfinite(value.real):
+        return None
+    return value.real
+
+
+def _math_verify_equal(gold: str, pred: str) -> bool | None:
+    """math-verify's verdict; None when it could not parse one side (then sympy gets a try)."""
+    try:
+        from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+    except ImportError:  # pragma: no cover - math-verify is a dependency
+        return None
+    # math-verify times out with signal.alarm, which only works in the main thread.
+    timeout = 5 if _in_main_thread() else None
+    configs = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+    try:
+        g = parse(f"${gold}$", extraction_config=configs, parsing_timeout=timeout)
+        p = parse(f"${pred}$", extraction_config=configs, parsing_timeout=timeout)
+        if not g or not p:
+            return None
+        return bool(verify(g, p, timeout_seconds=timeout))
+    except Exception:  # a parser crash on odd input means "not shown equal", never a crash of the run
+        return None
+
+
+def _sympy_equal(gold: str, pred: str) -> bool:
+    try:
+        import sympy
+        from latex2sympy2_extended import latex2sympy
+    except ImportError:  # pragma: no cover
+        return False
+    try:
+        a, b = latex2sympy(_strip_latex(gold)), latex2sympy(_strip_latex(pred))
+        diff = sympy.simplify(a - b)
+        return bool(diff == 0)
+    except Exception:
+        return False
+
+
+@functools.lru_cache(maxsize=65536)
+def math_equal(gold: str, pred: str) -> bool:
+    """Symbolic equality of two answers: normalised strings, then numbers, then math-verify (sympy when
+    math-verify cannot parse a side). Memoised: rollouts often repeat an answer, and math-verify costs ms."""
+    if _normalise_math(gold) == _normalise_math(pred):
+        return True
+    same_number = numeric_equal(gold, pred)
+    if same_number is not None:
+        return same_number
+    verdict = _math_verify_equal(gold, pred)
+    if verdict is not None:
+        return verdict
+    return _sympy_equal(gold, pred)
+
+
+def _grade_math(item: Item, response: str | None, method: str) -> GradeResult:
+    text, why = final_text(response)
+    if text is None:
+        return _skip(method, why or "empty response")
+    extracted = extract_final_answer(text)
+    if extracted is None and method == "numeric":
+        numbers = re.findall(_NUM + r"|[+-]?\d+/\d+", text)
+        extracted = numbers[-1] if numbers else None
+    if extracted is None:
+        stripped = text.strip().rstrip(".")
+        words = re.findall(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}", stripped)  # prose words, not \latex commands
+        if len(stripped) <= 40 and "\n" not in stripped and len(words) <= 1:
+            extracted = stripped  # a bare answer ("3/4", "x = 2", "\sqrt{2}")
+    if extracted is None or not extracted.strip():
+        return _skip(method, "no final answer found")
+    if method == "numeric":
+        same = numeric_equal(item.answer, extracted)
+        if same is None:  # a closed form for a numeric gold: compare its value with the same tolerance
+            gold, value = parse_number(item.answer), latex_value(extracted)
+            if gold is not None and value is not None:
+                same = numbers_close(gold[0], value)
+        if same is not None:
+            return _verdict(same, "numeric", extracted)
+    return _verdict(math_equal(item.answer, extracted), "math", extracted)
+
+
+# ----------------------------------------------------------------------------------------------- mcq
+
+_LETTER_LIST = r"\(?([A-Za-z])\)?(?![A-Za-z])((?:\s*(?:,|and|&|/|\+)\s*\(?[A-Za-z]\)?(?![A-Za-z]))*)"
+_MCQ_KEYWORDS = [
+    # (priority, pattern): the answer statement outranks a mention of an option
+    (3, r"final\s+answer\s*(?:is|:|=)?\s*:?"),
+    (2, r"(?:correct\s+)?answer\s*(?:is|:|=|would\s+be|should\s+be|will\s+be)\s*:?"),
+    (2, r"(?:correct|right|best)\s+(?:option|choice)s?\s*(?:is|are|:)\s*:?"),
+    (1, r"(?:option|choice)s?\s*(?:is|are|:)?\s*"),
+]
+
+
+def _letters_in(fragment: str) -> list[str]:
+    return re.findall(r"[A-Za-z]", re.sub(r"\band\b", ",", fragment))
+
+
+def _gold_letters(item: Item) -> set[str] | None:
+    """The keyed option letter(s) of an mcq item: a letter list, an option's text, or a 0-based index."""
+    from benchfill.models.prompts import LETTERS
+
+    gold = item.answer.strip()
+    choices = item.choices or []
+    m = re.fullmatch(r"\(?([A-Za-z])\)?((?:\s*(?:,|and|&|/|;)\s*\(?[A-Za-z]\)?)*)\.?", gold)
+    if m and (not choices or all(LETTERS.index(c.upper()) < len(choices) for c in _letters_in(gold))):
+        return {c.upper() for c in _letters_in(gold)}
+    norm = normalize_short(gold)
+    for k, choice in enumerate(choices):
+        if normalize_short(_strip_option_prefix(choice)) == norm:
+            return {LETTERS[k]}
+    if gold.isdigit() and choices and int(gold) < len(choices):
+        return {LETTERS[int(gold)]}
+    return None
+
+
+def _strip_option_prefix(choice: str) -> str:
+    return re.sub(r"^\s*\(?[A-Za-z][.)]\s+", "", choice)
+
+
+def extract_choice(response: str | None, n_choices: int | None, choices: list[str] | None = None) -> set[str] | None:
+    """The option letter(s) a response commits to, or None when it commits to none (or to several, hedging).
+
+    Priority: ``\\boxed{}``; "final answer"; "answer is / Answer:"; "correct option is"; the whole response being
+    a letter list; an "answer is <option text>"; a lone "(X)". Within a level, the last statement wins.
+    A lowercase letter counts only where nothing but punctuation follows it ("the answer is c." -> C, but not
+    "the answer is a prime number").
+    """
+    from benchfill.models.prompts import LETTERS
+
+    text, _ = final_text(response)
+    if text is None:
+        return None
+    valid = set(LETTERS[: n_choices or 10])
+
+    def take(fragment_match: re.Match[str], tail: str) -> set[str] | None:
+        first, rest = fragment_match.group(1), fragment_match.group(2) or ""
+        letters = [first] + _letters_in(rest)
+        if any(c.islower() for c in letters) and not re.match(r"^\s*(?:[.,;:!?)\]*]|$)", tail):
+            return None
+        if first.upper() == "I" and re.match(r"^\s+(?:think|believe|would|am|guess|'m)\b", tail):
+            return None
+        if not re.match(r"^(?:[^A-Za-z]|$)", tail):
+            return None
+        found = {c.upper() for c in letters}
+        return found if found <= valid else None
+
+    boxed = last_boxed(text)
+    if boxed is not None:
+        inner = re.sub(r"\\text\{([^{}]*)\}", r"\1", boxed).strip()
+        m = re.fullmatch(r"\(?([A-Za-z])\)?((?:\s*(?:,|and|&|/)\s*\(?[A-Za-z]\)?)*)\.?", inner)
+        if m:
+            found = {c.upper() for c in [m.group(1)] + _letters_in(m.group(2) or "")}
+            if found <= valid:
+                return found
+    best: tuple[int, int, set[str]] | None = None
+    mentions: list[set[str]] = []
+    for priority, keyword in _MCQ_KEYWORDS:
+        for m in re.finditer(rf"(?i:{keyword})\s*\**\s*{_LETTER_LIST}", text):
+            got = take(m, text[m.end():])
+            if not got:
+                continue
+            if priority == 1:
+                mentions.append(got)  # "option B ..." is a mention, not a commitment: used only if unanimous
+            elif best is None or (priority, m.start()) > (best[0], best[1]):
+                best = (priority, m.start(), got)
+    if best is not None:
+        return best[2]
+    if mentions and all(found == mentions[0] for found in mentions):
+        return mentions[0]
+    whole = text.strip().strip("*").strip()
+    whole = re.sub(r"^(?:answer|option|choice)\s*:?\s*", "", whole, flags=re.IGNORECASE).rstrip(".").strip("*").strip()
+    m = re.fullmatch(r"\(?([A-Za-z])\)?((?:\s*(?:,|and|&|/)\s*\(?[A-Za-z]\)?)*)", whole)
+    if m:
+        found = {c.upper() for c in [m.group(1)] + _letters_in(m.group(2) or "")}
+        if found <= valid:
+            return found
+    if choices:
+        phrase = answer_phrase(text)
+        candidates = [phrase] if phrase else []
+        candidates.append(text)
+        for cand in candidates:
+            norm = normalize_short(cand)
+            hits = [LETTERS[k] for k, c in enumerate(choices) if normalize_short(_strip_option_prefix(c)) == norm]
+            if len(hits) == 1:
+                return {hits[0]}
+    lone = {c for c in re.findall(r"(?:^|[\s:])\(([A-Z])\)(?=[\s.,;:!?]|$)", text) if c in valid}
+    lone |= {c for c in re.findall(r"(?m)^\s*\**([A-Z])\**[.)]?\s*$", text) if c in valid}
+    if len(lone) == 1:
+        return lone
+    return None
+
+
+def _grade_mcq(item: Item, response: str | None) -> GradeResult:
+    text, why = final_text(response)
+    if text is None:
+        return _skip("mcq", why or "empty response")
+    gold = _gold_letters(item)
+    if gold is None:
+        return _skip("mcq", f"gold answer {item.answer!r} is not an option letter or option text")
+    found = extract_choice(text, len(item.choices) if item.choices else None, item.choices)
+    if found is None:
+        return _skip("mcq", "no option letter found")
+    return _verdict(found == gold, "mcq", ",".join(sorted(found)))
+
+
+# ----------------------------------------------------------------------------------------------- short
+
+_ARTICLES = re.compile(r"\b(?:a|an|the)\b")
+_PUNCT = str.maketrans("", "", string.punctuation + "“”‘’«»")
+
+
+def normalize_short(text: str) -> str:
+    """SQuAD-style normalisation: unicode NFKC, lower case, no punctuation, no articles, single spaces."""
+    text = unicodedata.normalize("NFKC", text).lower()
+    text = _strip_latex(text) if "\\" in text else text
+    text = text.translate(_PUNCT)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def _grade_short(item: Item, response: str | None) -> GradeResult:
+    text, why = final_text(response)
+    if text is None:
+        return _skip("short", why or "empty response")
+    extracted = last_boxed(text) or answer_phrase(text)
+    if extracted is None:
+        stripped = text.strip().rstrip(".")
+        if len(stripped.split()) <= 8 and "\n" not in stripped:
+            extracted = stripped
+    if extracted is None:
+        return _skip("short", "no final answer found (expected 'Answer: ...')")
+    golds = [item.answer] + [str(a) for a in item.metadata.get("aliases", []) or []]
+    norm = normalize_short(extracted)
+    if not norm:
+        return _skip("short", "empty final answer", extracted)
+    for gold in golds:
+        if normalize_short(gold) == norm:
+            return _verdict(True, "short", extracted)
+        same_number = numeric_equal(gold, extracted)
+        if same_number:
+            return _verdict(True, "short", extracted)
+    return _verdict(False, "short", extracted)
+
+
+# ----------------------------------------------------------------------------------------------- entry points
+
+
+def grade(item: Item, response: str | None) -> GradeResult:
+    """Grade one response objectively by the item's format. ``open`` items need a judge: use :func:`agrade`
+    (here they are ``skip``)."""
+    fmt = item.resolved_format
+    if fmt == "mcq":
+        return _grade_mcq(item, response)
+    if fmt in ("numeric", "math"):
+        return _grade_math(item, response, fmt)
+    if fmt == "short":
+        return _grade_short(item, response)
+    text, why = final_text(response)
+    if text is None:
+        return _skip("judge", why or "empty response")
+    return _skip("judge", "open answer needs a grader model (none configured)")
+
+
+def _judge_validator(obj: Any) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise ValueError("expected a JSON object")
+    label = str(obj.get("label", "")).strip().lower()
+    if label not in ("correct", "incorrect"):
+        raise ValueError('"label" must be "correct" or "incorrect"')
+    score = obj.get("score", 1.0 if label == "correct" else 0.0)
+    try:
+        score = float(score)
+    except (TypeError, ValueError):
+        raise ValueError('"score" must be a number from 0 to 1') from None
+    if not 0.0 <= score <= 1.0:
+        raise ValueError('"score" must be a number from 0 to 1')
+    return {"label": label, "score": score, "reason": str(obj.get("reason", ""))[:500]}
+
+
+class Grader:
+    """Grades responses: objective rules first; ``open`` items go to the grader model (a judge with a rubric).
+
+    Args:
+        client: the :class:`~benchfill.models.client.ModelClient` for judge calls (None: open items are skipped).
+        judge: the ``grader`` role's model config.
+        prompts: the template library (``grade_judge``).
+        max_reasks: re-asks when the judge's JSON is malformed.
+    """
+
+    def __init__(self, client: "ModelClient | None" = None, judge: "ModelConfig | None" = None,
+                 prompts: "PromptLibrary | None" = None, max_reasks: int = 2) -> None:
+        self.client = client
+        self.judge = judge
+        self.prompts = prompts
+        self.max_reasks = max_reasks
+
+    def fingerprint(self, item: Item) -> str:
+        """What a stored grade of ``item`` depends on (gold, choices, format, rules version, judge model)."""
+        import hashlib
+        import json
+
+        judge = self.judge.label if (self.judge is not None and item.resolved_format == "open") else None
+        blob = json.dumps([GRADER_VERSION, item.resolved_format, item.answer, item.choices,
+                           item.metadata.get("aliases"), item.metadata.get("rubric"), judge,
+                           item.question if judge else None], ensure_ascii=False)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    async def grade(self, item: Item, response: str | None) -> GradeResult:
+        """Grade one response; an open item's verdict comes from the judge (its failures -> ``skip``). The judge
+        call is keyed by the response text, so the same answer in two rollouts is judged once."""
+        if item.resolved_format != "open":
+            return grade(item, response)
+        text, why = final_text(response)
+        if text is None:
+            return _skip("judge", why or "empty response")
+        if self.client is None or self.judge is None:
+            return _skip("judge", "open answer needs a grader model (none configured)")
+        from benchfill.models.prompts import grade_judge_messages
+
+        messages = grade_judge_messages(item, text, library=self.prompts)
+        result = await self.client.complete_json(
+            self.judge, messages, _judge_validator, sample_index=0, role="grader", max_reasks=self.max_reasks,
+        )
+        if not result.ok or result.parsed is None:
+            return _skip("judge", f"judge failed: {result.error}")
+        verdict = result.parsed
+        return GradeResult(verdict["label"], verdict["score"], "judge", None, verdict["reason"] or None)

@@ -1,0 +1,254 @@
+"""`benchfill evaluate` end to end against the local stub: counts, skips, reruns from the cache, fault injection,
+kill -9 and resume, and configuration errors that stop before any call."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from openai_stub import start_stub
+
+from benchfill.models.evaluate import evaluate
+
+SECRET = "sk-test-SECRET-evaluate-77"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def stub():
+    server = start_stub()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch):
+    monkeypatch.setenv("BENCHFILL_EVAL_KEY", SECRET)
+
+
+def make_items(path: Path, n: int = 8) -> Path:
+    rows = [{"id": f"q{i}", "question": f"Compute problem number {i}.", "answer": str(i % 3)} for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def make_config(path: Path, stub, *, concurrency: int = 4, retries: int = 4, rollouts: int = 3,
+                models=("alpha", "beta")) -> Path:
+    parts = [f"""
+[defaults]
+api_base = "{stub.api_base}"
+api_key_env = "BENCHFILL_EVAL_KEY"
+timeout = 2.0
+max_retries = {retries}
+backoff_initial = 0.01
+backoff_max = 0.05
+max_concurrency = {concurrency}
+rollouts = {rollouts}
+temperature = 0.8
+"""]
+    for name in models:
+        parts.append(f'[[panel]]\nmodel = "openai/{name}"\nname = "{name}"\n')
+    path.write_text("\n".join(parts))
+    return path
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_evaluate_counts_skips_and_rerun_from_cache(stub, tmp_path):
+    items = make_items(tmp_path / "items.jsonl")
+    config = make_config(tmp_path / "run.toml", stub)
+    out = tmp_path / "run"
+    result = evaluate(items, config, out)
+    assert stub.calls == 2 * 8 * 3
+    rows = read_rows(out / "responses.csv")
+    assert list(rows[0]) == ["model", "item_id", "n_correct", "n_trials"]
+    # every item x rollout is accounted for exactly once: counted as a trial or reported as skipped
+    skipped = read_rows(out / "skipped.csv")
+    assert sum(int(r["n_trials"]) for r in rows) + len(skipped) == 2 * 8 * 3
+    assert len({(r["model"], r["item_id"]) for r in rows}) == len(rows)
+    assert all(0 <= int(r["n_correct"]) <= int(r["n_trials"]) <= 3 for r in rows)
+    assert skipped and all(s["reason"] == "no final answer found" for s in skipped)  # the stub's refusals
+    assert result.counted + len(skipped) == result.answers
+    # the counts agree with the stub's own (deterministic) answers, graded independently here
+    from openai_stub import default_responder
+
+    expect: dict[tuple[str, str], list[int]] = {}
+    for body in stub.bodies:
+        text = default_responder(body)
+        item = int(body["messages"][-1]["content"].split("problem number ")[1].split(".")[0])
+        cell = expect.setdefault((body["model"], f"q{item}"), [0, 0])
+        if "boxed" in text:
+            cell[1] += 1
+            cell[0] += text.endswith(f"\\boxed{{{item % 3}}}.")
+    got = {(r["model"], r["item_id"]): [int(r["n_correct"]), int(r["n_trials"])] for r in rows}
+    assert got == {k: v for k, v in expect.items() if v[1] > 0}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["calls_made"] == 48 and summary["simulated"] is False
+    # rerun: no model call, identical response file
+    before = (out / "responses.csv").read_bytes()
+    again = evaluate(items, config, out)
+    assert stub.calls == 48 and again.calls_made == 0 and again.cached == 48
+    assert (out / "responses.csv").read_bytes() == before
+    for path in out.iterdir():
+        assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_faults_change_nothing_but_the_call_count(stub, tmp_path):
+    items = make_items(tmp_path / "items.jsonl", 6)
+    clean_cfg = make_config(tmp_path / "clean.toml", stub, retries=8)
+    evaluate(items, clean_cfg, tmp_path / "clean")
+    clean_calls = stub.calls
+    stub.reset()
+    stub.fault_rate, stub.fault_seed = 0.3, 7
+    result = evaluate(items, clean_cfg, tmp_path / "faulty")
+    assert (tmp_path / "clean" / "responses.csv").read_bytes() == (tmp_path / "faulty" / "responses.csv").read_bytes()
+    faults = stub.modes["429"] + stub.modes["500"]
+    assert faults > 0 and stub.calls == clean_calls + faults
+    assert result.retries == faults and result.call_errors == 0
+
+
+def test_limit_and_rollouts_override(stub, tmp_path):
+    items = make_items(tmp_path / "items.jsonl")
+    config = make_config(tmp_path / "run.toml", stub)
+    result = evaluate(items, config, tmp_path / "run", limit=3, rollouts=2)
+    assert stub.calls == 2 * 3 * 2 and result.n_items == 3 and result.rollouts == {"alpha": 2, "beta": 2}
+
+
+def test_failed_calls_are_skipped_and_reported_then_retried_on_rerun(stub, tmp_path):
+    items = make_items(tmp_path / "items.jsonl", 2)
+    config = make_config(tmp_path / "run.toml", stub, retries=0, rollouts=1, models=("alpha",))
+    stub.script[:] = ["500"]
+    result = evaluate(items, config, tmp_path / "run")
+    assert result.call_errors == 1 and "call failed" in json.dumps(result.skipped)
+    skipped = read_rows(tmp_path / "run" / "skipped.csv")
+    assert any(s["method"] == "call" for s in skipped)
+    again = evaluate(items, config, tmp_path / "run")  # the failed call was not cached: asked again
+    assert again.call_errors == 0 and again.calls_made == 1
+
+
+def _cli(args: list[str], **kw) -> subprocess.Popen:
+    env = {**os.environ, "BENCHFILL_EVAL_KEY": SECRET, "COLUMNS": "200"}
+    return subprocess.Popen([sys.executable, "-m", "benchfill.cli", *args], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_kill_9_and_resume_equals_unbroken_run(stub, tmp_path):
+    items = make_items(tmp_path / "items.jsonl", 10)
+    config = make_config(tmp_path / "run.toml", stub, concurrency=2, rollouts=2)
+    total = 2 * 10 * 2
+    # the unbroken reference run
+    evaluate(items, config, tmp_path / "unbroken")
+    stub.reset()
+    stub.latency = 0.05
+    out = tmp_path / "resumed"
+    proc = _cli(["evaluate", str(items), "--config", str(config), "--out", str(out), "--no-progress"])
+    deadline = time.time() + 60
+    while stub.calls < 12 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "responses.csv").exists()  # nothing half-written
+    with sqlite3.connect(out / "calls.sqlite") as conn:
+        done_before = conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+    assert 0 < done_before < total
+    calls_before = stub.calls
+    stub.latency = 0.0
+    proc = _cli(["evaluate", str(items), "--config", str(config), "--out", str(out), "--no-progress"])
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert (out / "responses.csv").read_bytes() == (tmp_path / "unbroken" / "responses.csv").read_bytes()
+    # nothing finished before the kill was paid for again; only calls in flight at the kill (<= 2 per model)
+    resumed_calls = stub.calls - calls_before
+    assert resumed_calls == total - done_before
+    seen: dict[str, int] = {}
+    for body in stub.bodies:
+        key = json.dumps([body["model"], body["messages"], body.get("seed")], sort_keys=True)
+        seen[key] = seen.get(key, 0) + 1
+    assert len(seen) == total
+    assert sum(n - 1 for n in seen.values()) <= 2 * 2
+
+
+def _cli_inprocess(args: list[str]):
+    from typer.testing import CliRunner
+
+    from benchfill.cli import app
+
+    return CliRunner().invoke(app, args, env={"BENCHFILL_EVAL_KEY": SECRET, "COLUMNS": "200"})
+
+
+@pytest.mark.parametrize("panel,expect", [
+    ('model = "nosuchprovider/model-x"', "unknown model string"),
+    ('model = "openai/gpt-4o"\napi_key_env = "BENCHFILL_SURELY_UNSET_KEY"', "BENCHFILL_SURELY_UNSET_KEY is not set"),
+])
+def test_config_errors_exit_2_before_any_call(stub, tmp_path, panel, expect):
+    items = make_items(tmp_path / "items.jsonl", 2)
+    config = tmp_path / "bad.toml"
+    config.write_text(f'[[panel]]\nmodel = "openai/fine"\napi_base = "{stub.api_base}"\n'
+                      f'api_key_env = "BENCHFILL_EVAL_KEY"\n\n[[panel]]\n{panel}\n')
+    result = _cli_inprocess(["evaluate", str(items), "--config", str(config), "--out", str(tmp_path / "out"),
+                             "--no-progress"])
+    assert result.exit_code == 2
+    lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and expect in lines[0] and "Traceback" not in result.output
+    assert str(config) in lines[0]
+    assert stub.calls == 0
+    assert not (tmp_path / "out").exists()
+
+
+def test_simulated_run_is_labelled(tmp_path):
+    items = make_items(tmp_path / "items.jsonl", 5)
+    config = tmp_path / "sim.toml"
+    config.write_text('[[panel]]\nmodel = "sim/a"\nrollouts = 2\n[[panel]]\nmodel = "sim/b"\nrollouts = 2\n'
+                      '[sim.abilities]\na = 1.0\nb = -1.0\n')
+    result = _cli_inprocess(["evaluate", str(items), "--config", str(config), "--out", str(tmp_path / "out"),
+                             "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "SIMULATED" in result.stdout
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["simulated"] is True and summary["label"].startswith("SIMULATED")
+    with sqlite3.connect(tmp_path / "out" / "calls.sqlite") as conn:
+        assert conn.execute("SELECT MIN(simulated) FROM calls").fetchone()[0] == 1
+        assert conn.execute("SELECT v FROM meta WHERE k = 'simulated'").fetchone()[0] == "true"
+    rows = read_rows(tmp_path / "out" / "responses.csv")
+    assert {r["model"] for r in rows} == {"sim/a", "sim/b"}
+
+
+def test_open_items_go_to_the_grader_model_and_mcq_is_objective(stub, tmp_path):
+    rows = [
+        {"id": "o1", "question": "Explain why the sky is blue.", "answer": "Rayleigh scattering", "format": "open"},
+        {"id": "o2", "question": "Explain tides.", "answer": "The moon's gravity", "format": "open"},
+        {"id": "c1", "question": "Which is a colour?", "answer": "B", "choices": ["dog", "red", "car"]},
+    ]
+    items = tmp_path / "items.jsonl"
+    items.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def responder(body):
+        last = body["messages"][-1]["content"]
+        if "<response>" in last:
+            return '{"label": "correct", "score": 0.8, "reason": "matches"}' if "Rayleigh" in last else \
+                '{"label": "incorrect", "score": 0.1}'
+        if "Options:" in last:
+            return "Red is a colour.\nAnswer: B"
+        return "Because of Rayleigh scattering." if "sky" in last else "No idea, honestly."
+
+    stub.responder = responder
+    config = make_config(tmp_path / "run.toml", stub, rollouts=2, models=("alpha",))
+    config.write_text(config.read_text() + f'\n[grader]\nmodel = "openai/judge"\napi_base = "{stub.api_base}"\n'
+                      'api_key_env = "BENCHFILL_EVAL_KEY"\nrollouts = 1\n')
+    evaluate(items, config, tmp_path / "run")
+    got = {r["item_id"]: (int(r["n_correct"]), int(r["n_trials"])) for r in read_rows(tmp_path / "run" / "responses.csv")}
+    assert got == {"o1": (2, 2), "o2": (0, 2), "c1": (2, 2)}
+    judge_calls = [b for b in stub.bodies if b["model"] == "judge"]
+    assert len(judge_calls) == 2  # one per distinct answer text: rollouts with the same text share a judgement

@@ -1,0 +1,140 @@
+"""The simulated world: IRT panel answers through the real grader, a rewriter that moves toward the target, a judge
+with a configurable invalid share; deterministic in (seed, key); everything labelled SIMULATED."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+
+import numpy as np
+import pytest
+
+from benchfill.data import Item
+from benchfill.models.client import ModelClient
+from benchfill.models.config import ModelConfig
+from benchfill.models.grading import grade
+from benchfill.models.prompts import answer_messages, rewrite_messages, validity_messages
+from benchfill.models.sim import SimWorld, latent_from_text
+
+ITEMS = [
+    Item(id="m1", question="What is 2+3?", answer="5", format="numeric"),
+    Item(id="m2", question="Simplify 2/4.", answer="\\frac{1}{2}", format="math"),
+    Item(id="c1", question="Which is a colour?", answer="B", choices=["dog", "red", "car", "sky"], format="mcq"),
+    Item(id="s1", question="Capital of France?", answer="Paris", format="short"),
+]
+
+
+def world(**kw) -> SimWorld:
+    return SimWorld.from_abilities({"strong": 3.0, "weak": -3.0}, {"m1": 0.0, "m2": 0.5, "c1": -0.5, "s1": 0.0},
+                                   seed=1, **kw)
+
+
+def test_p_correct_is_the_irt_curve():
+    w = world()
+    assert w.p_correct("sim/strong", ITEMS[0]) == pytest.approx(1 / (1 + math.exp(-3.0)))
+    # multiple choice with k options: c = 1/k
+    c = 0.25
+    assert w.p_correct("sim/weak", ITEMS[2]) == pytest.approx(c + (1 - c) / (1 + math.exp(2.5)))
+
+
+@pytest.mark.parametrize("item", ITEMS, ids=lambda it: it.resolved_format)
+def test_answers_go_through_the_real_grader(item):
+    from benchfill.models.sim import render_answer
+
+    right = render_answer(item, True, 0.3)
+    wrong = render_answer(item, False, 0.3)
+    assert "SIMULATED" in right and "SIMULATED" in wrong
+    assert grade(item, right).label == "correct"
+    assert grade(item, wrong).label == "incorrect"
+
+
+def test_panel_accuracy_matches_probability_and_is_deterministic():
+    w = world()
+    item = Item(id="x", question="Hard one?", answer="7", format="numeric")
+    w.difficulties["x"] = 0.0
+    w.abilities["mid"] = 0.4
+    msgs = answer_messages(item)
+    hits = [grade(item, w.respond("sim/mid", msgs, key=f"k{i}", role="panel", item=item)).label == "correct"
+            for i in range(3000)]
+    p = 1 / (1 + math.exp(-0.4))
+    assert abs(np.mean(hits) - p) < 3 * math.sqrt(p * (1 - p) / 3000)
+    again = SimWorld.from_abilities({"mid": 0.4}, {"x": 0.0}, seed=1)
+    assert again.respond("sim/mid", msgs, key="k5", role="panel", item=item) == \
+        w.respond("sim/mid", msgs, key="k5", role="panel", item=item)
+
+
+def test_registered_items_are_found_from_the_prompt():
+    w = world()
+    w.register_items(ITEMS)
+    text = w.respond("sim/strong", answer_messages(ITEMS[3]), key="k", role="panel")
+    assert "Answer:" in text
+
+
+def test_rewriter_moves_children_toward_the_target():
+    w = world(step=0.6, noise=0.2)
+    w.register_items(ITEMS)
+    parent = ITEMS[0]  # b = 0.0 ; b_range = (-0.5, 0.5)
+    target_d = 0.9
+    b_target = w.d_to_b(target_d)
+    dists_before, dists_after = [], []
+    for r in range(40):
+        msgs = rewrite_messages(parent, target=10 * target_d, parent_difficulty=5.0, references=[("q", 3.0)])
+        reply = json.loads(w.respond("sim/rw", msgs, key=f"r{r}", role="rewriter"))
+        assert len(reply["children"]) == 4
+        for child in reply["children"]:
+            assert child["answer"] == "5" and "SIMULATED" in child["question"]
+            b = latent_from_text(child["question"])
+            dists_after.append(abs(b - b_target))
+        dists_before.append(abs(0.0 - b_target))
+    assert np.mean(dists_after) < 0.7 * np.mean(dists_before)
+
+
+def test_blind_rewriter_scatters_around_the_parent():
+    w = world(scatter=0.5)
+    w.register_items(ITEMS)  # the parent's b (0.0) is found from its text in the prompt
+    bs = []
+    for r in range(50):
+        reply = json.loads(w.respond("sim/rw", rewrite_messages(ITEMS[0], target=None), key=f"b{r}", role="rewriter"))
+        bs += [latent_from_text(c["question"]) for c in reply["children"]]
+    assert abs(np.mean(bs)) < 0.15 and 0.35 < np.std(bs) < 0.65
+
+
+def test_child_of_child_starts_from_its_latent():
+    w = world(step=1.0, noise=0.0)
+    parent = Item(id="c", question="What is 2+3? [SIMULATED latent_b=+0.2000]", answer="5")
+    reply = json.loads(w.respond("sim/rw", rewrite_messages(parent, target=0.0), key="z", role="rewriter"))
+    assert latent_from_text(reply["children"][0]["question"]) == pytest.approx(w.d_to_b(0.0))
+
+
+def test_judge_invalid_share():
+    w = world(invalid_rate=0.3)
+    msgs = validity_messages("What is 2+3?", "5")
+    verdicts = [json.loads(w.respond("sim/j", msgs, key=f"j{i}", role="judge")) for i in range(2000)]
+    share = np.mean([not v["well_posed"] for v in verdicts])
+    assert abs(share - 0.3) < 0.04 and all("SIMULATED" in v["reason"] for v in verdicts)
+
+
+def test_format_failures_are_skips():
+    w = world(format_failure_rate=1.0)
+    text = w.respond("sim/strong", answer_messages(ITEMS[0]), key="k", role="panel", item=ITEMS[0])
+    assert grade(ITEMS[0], text).label == "skip"
+
+
+def test_sim_through_the_client_is_cached(tmp_path):
+    w = world()
+    model = ModelConfig(model="sim/strong")
+
+    async def go():
+        client = ModelClient(tmp_path / "c.sqlite", sim=w)
+        a = await client.complete_rollouts(model, answer_messages(ITEMS[0]), n=3, item=ITEMS[0])
+        b = await client.complete_rollouts(model, answer_messages(ITEMS[0]), n=3, item=ITEMS[0])
+        rw = await client.complete_json(ModelConfig(model="sim/rw"), rewrite_messages(ITEMS[0], target=5.0),
+                                        lambda o: o["children"], role="rewriter")
+        await client.aclose()
+        return a, b, rw
+
+    a, b, rw = asyncio.run(go())
+    assert all(r.simulated and not r.cached for r in a) and all(r.cached for r in b)
+    assert [r.text for r in a] == [r.text for r in b]
+    assert len(rw.parsed) == 4
