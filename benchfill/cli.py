@@ -6,6 +6,7 @@ Every command turns :class:`benchfill.errors.InputError` into one line on stderr
 from __future__ import annotations
 
 import functools
+import json
 import sys
 from pathlib import Path
 from typing import Callable, Optional, TypeVar
@@ -52,37 +53,15 @@ SAMPLER_HELP = "IRT inference: fast (exact marginal NUTS, default when installed
 
 
 def _panel(responses_path: Path, items_path: Path | None, models: int | None, models_file: Path | None):
-    """Load responses (validated against the items file when given) and keep the requested models."""
-    from benchfill.data import load_items, load_responses, read_model_names, select_models
+    from benchfill.data import load_panel
 
-    items = load_items(items_path) if items_path else None
-    responses = load_responses(responses_path, items=items)
-    if models_file is not None:
-        names = read_model_names(models_file)
-        unknown = [m for m in names if m not in responses.models]
-        if unknown:
-            raise InputError(str(models_file), f"model(s) not in {responses_path}: {', '.join(unknown[:5])}")
-        responses = responses.subset(models=names)
-    elif models is not None:
-        responses = responses.subset(models=select_models(responses, models))
-    return responses, items
+    return load_panel(responses_path, items_path, models, models_file)
 
 
 def _spec(responses, items, guessing: float | None, choices: int | None, kind: str = "1pl"):
-    """IRT spec: c = 1/k for multiple-choice items (from --choices, --guessing, or the items' choices)."""
-    import numpy as np
-
     from benchfill.irt.model import IRTSpec
 
-    c = np.zeros(len(responses.item_ids))
-    if guessing is not None:
-        c[:] = guessing
-    elif choices is not None:
-        c[:] = 1.0 / choices
-    elif items is not None:
-        by_id = {it.id: it for it in items}
-        c = np.array([1.0 / len(by_id[i].choices) if by_id[i].choices else 0.0 for i in responses.item_ids])
-    return IRTSpec(kind=kind, guessing=c if c.any() else None)
+    return IRTSpec.for_items(responses.item_ids, items, guessing=guessing, choices=choices, kind=kind)
 
 
 def _default_sampler() -> str:
@@ -265,6 +244,133 @@ def _target(spec: str):
     raise InputError("--target", f"{spec!r}: expected 'uniform' or 'beta:A,B'")
 
 
+# ---- fill / trace / review / export ----------------------------------------------------------------------
+
+
+@app.command()
+@friendly_errors
+def fill(
+    items: Path = typer.Argument(..., help="the benchmark's items (JSONL)"),
+    responses: Path = typer.Option(..., help="the benchmark's response data (long CSV/JSONL)"),
+    config: Path = typer.Option(..., help="models config (TOML/YAML): rewriter, judge, panel, [fill] parameters"),
+    out: Path = typer.Option(..., help="run folder (memory bank, checkpoints, labels, summary)"),
+    models: Optional[int] = typer.Option(12, help="models kept for the scale, spread evenly by accuracy"),
+    models_file: Optional[Path] = typer.Option(None),
+    gaps: int = typer.Option(3, help="gaps to fill"),
+    sampler: str = typer.Option("", help=SAMPLER_HELP),
+    seed: int = typer.Option(0),
+    compare: bool = typer.Option(False, "--compare", help="also run the budget-matched baseline and the oracle"),
+    resume: bool = typer.Option(False, "--resume", help="continue the run in --out where it stopped"),
+) -> None:
+    """Fill the largest difficulty gaps with the BenchFill search (rewrite -> validate -> label -> place)."""
+    from benchfill.graphs.render import FillLive, fill_summary_table
+    from benchfill.graphs.run import SIM_BANNER, FillOptions, FillRun
+
+    opts = FillOptions(items=items, responses=responses, config=config, out=out, models=models,
+                       models_file=models_file, n_gaps=gaps, sampler=sampler, seed=seed, compare=compare,
+                       resume=resume)
+    live = FillLive(console)
+    with console.status("diagnosing the benchmark (IRT fit) ..."):
+        run = FillRun(opts, on_event=live.update)
+    if run.simulated:
+        console.print(f"[bold yellow]{SIM_BANNER}[/]")
+    try:
+        with live:
+            summary = run.run()
+    finally:
+        run.close()
+    console.print(fill_summary_table(summary))
+    console.print(f"wrote {out / 'summary.json'}; inspect a gap with: benchfill trace {out} --gap 1")
+
+
+@app.command()
+@friendly_errors
+def trace(
+    run_dir: Path = typer.Argument(..., help="a fill run folder"),
+    gap: int = typer.Option(1, help="which gap (1-based, in the order filled)"),
+    method: str = typer.Option("benchfill", help="benchfill or baseline"),
+    json_out: bool = typer.Option(False, "--json", help="print the trace as JSON instead of a tree"),
+) -> None:
+    """Show one gap's search: rounds, parents, children, verdicts, panel counts, placement, tokens and cost."""
+    import json as _json
+
+    from benchfill.graphs.render import trace_tree
+    from benchfill.graphs.trace import gap_trace
+
+    data = gap_trace(_open_bank(run_dir), method, gap)
+    if json_out:
+        typer.echo(_json.dumps(data, indent=2))
+    else:
+        console.print(trace_tree(data))
+
+
+@app.command()
+@friendly_errors
+def review(
+    run_dir: Path = typer.Argument(..., help="a fill run folder"),
+    approve: Optional[str] = typer.Option(None, help="candidate id to approve"),
+    reject: Optional[str] = typer.Option(None, help="candidate id to reject"),
+    reviewer: Optional[str] = typer.Option(None, help="your name (one vote per reviewer and item)"),
+    note: str = typer.Option(""),
+) -> None:
+    """List the review queue of chosen items, or record an approval / rejection (accepted after 3 approvals)."""
+    from benchfill.graphs.render import review_table
+    from benchfill.graphs.trace import review_queue
+
+    bank = _open_bank(run_dir)
+    if approve or reject:
+        cid = approve or reject
+        if approve and reject:
+            raise InputError("--approve/--reject", "give one of them, not both")
+        if not reviewer:
+            raise InputError("--reviewer", "say who you are: --reviewer NAME")
+        cand = bank.candidate(cid)
+        if cand is None or cand["status"] != "chosen":
+            raise InputError(str(run_dir), f"{cid!r} is not in the review queue (see `benchfill review {run_dir}`)")
+        bank.review(cid, reviewer, "approve" if approve else "reject", note)
+        console.print(f"{cid}: {bank.review_status(cid)} ({bank.approvals(cid)[0]} approvals)")
+    console.print(review_table(review_queue(bank)))
+
+
+@app.command()
+@friendly_errors
+def export(
+    run_dir: Path = typer.Argument(..., help="a fill run folder"),
+    out: Path = typer.Option(..., help="the filled benchmark, JSONL"),
+    hf: Optional[Path] = typer.Option(None, help="also save a Hugging Face datasets dataset to this folder"),
+    include_pending: bool = typer.Option(False, help="also export chosen items not yet accepted by review"),
+) -> None:
+    """Write the filled benchmark: the original items plus accepted new items with difficulty and provenance."""
+    from benchfill.graphs.trace import filled_benchmark
+
+    rows, added = filled_benchmark(_open_bank(run_dir), include_pending=include_pending)
+    from benchfill.data import write_items
+
+    write_items(out, rows)
+    console.print(f"wrote {out}: {len(rows) - added} original + {added} new item(s)")
+    if hf is not None:
+        try:
+            import datasets
+        except ImportError:
+            raise InputError("--hf", "needs the Hugging Face datasets package: pip install 'benchfill[hf]'") from None
+        datasets.disable_progress_bars()
+        records = [r.model_dump(mode="json") for r in rows]
+        for r in records:  # one column type per field for Arrow
+            r["metadata"] = json.dumps(r.get("metadata") or {})
+            r["choices"] = r.get("choices") or []
+        datasets.Dataset.from_list(records).save_to_disk(str(hf))
+        console.print(f"wrote Hugging Face dataset to {hf}")
+
+
+def _open_bank(run_dir: Path):
+    from benchfill.graphs.run import MEMORY_DB
+    from benchfill.memory.bank import MemoryBank
+
+    if not (run_dir / MEMORY_DB).exists():
+        raise InputError(str(run_dir), "not a fill run folder (no memory.sqlite)")
+    return MemoryBank(run_dir / MEMORY_DB)
+
+
 def _stem(path: Path) -> str:
     name = path.name
     for suffix in (".gz", ".csv", ".jsonl", ".json"):
@@ -349,6 +455,51 @@ def evaluate(
     with live_progress(console, enabled=progress and console.is_terminal) as state:
         result = run_evaluate(items, config, out, limit=limit, rollouts=rollouts, progress=state)
     print_summary(console, result)
+
+
+# ---- place ------------------------------------------------------------------------------------------------
+
+
+@app.command()
+@friendly_errors
+def place(
+    responses: Path = typer.Argument(..., help="responses of the NEW items (same formats as diagnose), keyed by the scale's model names"),
+    scale: Path = typer.Option(..., "--scale", help="<name>.scale.npz written by `benchfill diagnose`"),
+    guessing: Optional[float] = typer.Option(None, help="lower asymptote c of the new items (default: the scale's)"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="also write the placements as JSON"),
+) -> None:
+    """Place new items on a benchmark's difficulty scale, abilities fixed (exact quadrature): b, SD, d, d SD."""
+    from rich.table import Table
+
+    from benchfill.data import load_responses
+    from benchfill.io import atomic_write_json
+    from benchfill.irt.placement import place_responses
+    from benchfill.irt.scale import Scale
+
+    sc = Scale.load(scale)
+    if guessing is not None and not 0.0 <= guessing < 1.0:
+        raise InputError(str(scale), f"--guessing {guessing}: must lie in [0, 1)")
+    resp = load_responses(responses)
+    placed = place_responses(sc, resp, guessing)
+    if placed.ignored_models:
+        err_console.print(f"note: ignored {len(placed.ignored_models)} model(s) not on the scale: "
+                          f"{', '.join(placed.ignored_models)}")
+    table = Table(title=f"{resp.shape[1]} item(s) placed on {scale.name} ({sc.n_draws} ability draws, "
+                        f"d = (b - {sc.b_min:.3f}) / {sc.span:.3f})")
+    for col in ("item", "b", "SD", "d", "d SD"):
+        table.add_column(col, justify="left" if col == "item" else "right")
+    for rec in placed.to_records():
+        d = rec["d"]
+        d_txt = f"{d:.3f}" if 0.0 <= d <= 1.0 else f"[yellow]{d:.3f}[/] (outside)"
+        table.add_row(str(rec["item_id"]), f"{rec['b']:.3f}", f"{rec['b_sd']:.3f}", d_txt, f"{rec['d_sd']:.3f}")
+    console.print(table)
+    if json_out is not None:
+        atomic_write_json(json_out, {
+            "scale": str(scale), "responses": str(responses), "models": sc.models, "b_min": sc.b_min,
+            "b_max": sc.b_max, "n_draws": sc.n_draws, "guessing": sc.guessing if guessing is None else guessing,
+            "ignored_models": placed.ignored_models, "items": placed.to_records(),
+        })
+        console.print(f"wrote {json_out}")
 
 
 def main() -> None:  # pragma: no cover - entry point

@@ -316,6 +316,25 @@ def select_models(matrix: ResponseMatrix, k: int) -> list[str]:
     return [matrix.models[j] for j in order[ranks]]
 
 
+def load_panel(
+    responses_path: str | Path, items_path: str | Path | None = None, models: int | None = None,
+    models_file: str | Path | None = None,
+) -> tuple[ResponseMatrix, list[Item] | None]:
+    """Load responses (validated against the items file when given) and keep the requested models: the names in
+    ``models_file``, else ``models`` spread evenly by accuracy, else all."""
+    items = load_items(items_path) if items_path else None
+    responses = load_responses(responses_path, items=items)
+    if models_file is not None:
+        names = read_model_names(models_file)
+        unknown = [m for m in names if m not in responses.models]
+        if unknown:
+            raise InputError(str(models_file), f"model(s) not in {responses_path}: {', '.join(unknown[:5])}")
+        responses = responses.subset(models=names)
+    elif models is not None:
+        responses = responses.subset(models=select_models(responses, models))
+    return responses, items
+
+
 def read_model_names(path: str | Path) -> list[str]:
     """One model name per line; blank lines and ``#`` comments ignored."""
     text = _open_text(Path(path))

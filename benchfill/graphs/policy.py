@@ -30,6 +30,7 @@ class SearchParams:
     seed_items: int = 16
     sequential: bool = True  # recompute the gaps after each filled gap (else: a fixed list from the start)
     display_scale: float = 10.0  # difficulties shown to the rewriter on 0-10, not 0-1
+    sim_panel_rollouts: int = 4  # simulated world only: answers per panel model and child (the paper's 12 x 4)
 
     @property
     def children_per_round(self) -> int:

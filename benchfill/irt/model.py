@@ -29,6 +29,21 @@ class IRTSpec:
     guessing: np.ndarray | None = None
     estimate_guessing: bool = False
 
+    @classmethod
+    def for_items(cls, item_ids: list[str], items=None, *, guessing: float | None = None, choices: int | None = None,
+                  kind: IRTKind = "1pl") -> "IRTSpec":
+        """The spec for a benchmark: c = ``guessing`` for every item, else 1/``choices``, else 1/k for items whose
+        ``choices`` list has k options (items: benchfill.data.Item sequence), else no guessing."""
+        c = np.zeros(len(item_ids))
+        if guessing is not None:
+            c[:] = guessing
+        elif choices is not None:
+            c[:] = 1.0 / choices
+        elif items is not None:
+            by_id = {it.id: it for it in items}
+            c = np.array([1.0 / len(by_id[i].choices) if by_id[i].choices else 0.0 for i in item_ids])
+        return cls(kind=kind, guessing=c if c.any() else None)
+
     @property
     def has_guessing(self) -> bool:
         return self.guessing is not None and bool(np.any(self.guessing > 0))

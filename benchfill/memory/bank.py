@@ -8,6 +8,7 @@ same rows instead of adding new ones.
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,9 @@ class MemoryBank:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite_utils.Database(self.path)
+        # LangGraph may run nodes on worker threads; they run one at a time, so one shared connection is safe.
+        conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
+        self.db = sqlite_utils.Database(conn)
         self.db.execute("PRAGMA journal_mode=WAL")
         self._ensure_tables()
 
@@ -53,13 +56,17 @@ class MemoryBank:
                 pk=("method", "gap"),
             )
         if not t("seeds").exists():
-            t("seeds").create({"id": str, "question": str, "answer": str, "b": float, "b_sd": float, "d": float,
-                               "format": str}, pk="id")
+            t("seeds").create({"method": str, "gap": int, "id": str, "question": str, "answer": str, "b": float,
+                               "b_sd": float, "d": float, "format": str}, pk=("method", "gap", "id"))
+        if not t("usage").exists():
+            t("usage").create({"method": str, "gap": int, "round": int, "node": str, "calls": int, "cached": int,
+                               "tokens": int, "cost": float}, pk=("method", "gap", "round", "node"))
         if not t("candidates").exists():
             t("candidates").create(
                 {"id": str, "method": str, "gap": int, "round": int, "parent": str, "question": str, "answer": str,
                  "rewriter": str, "judge": str, "valid": int, "verdict": str, "counts": str, "b": float, "b_sd": float,
-                 "d": float, "d_sd": float, "deviation": float, "status": str, "error": str, "created": float},
+                 "d": float, "d_sd": float, "deviation": float, "status": str, "error": str, "format": str,
+                 "created": float},
                 pk="id",
             )
             t("candidates").create_index(["method", "gap", "round"])
@@ -75,13 +82,32 @@ class MemoryBank:
         row = self.db.execute("select value from runs where key = ?", [key]).fetchone()
         return default if row is None else json.loads(row[0])
 
-    # ---- seeds ----------------------------------------------------------------------------------------------
-    def add_seeds(self, rows: Iterable[dict[str, Any]]) -> None:
-        self.db["seeds"].upsert_all(list(rows), pk="id")
+    # ---- seeds: the existing items nearest each gap's target ------------------------------------------------
+    def set_seeds(self, method: str, gap: int, rows: Iterable[dict[str, Any]]) -> None:
+        self.db["seeds"].upsert_all([{"method": method, "gap": gap, **r} for r in rows], pk=("method", "gap", "id"))
 
-    def seeds(self) -> list[MemoryItem]:
-        return [MemoryItem(r["id"], r["question"], r["answer"], r["d"], r["b"], r["b_sd"], "seed")
-                for r in self.db["seeds"].rows]
+    def seeds_for(self, method: str, gap: int) -> list[MemoryItem]:
+        rows = self.db["seeds"].rows_where("method = ? and gap = ?", [method, gap], order_by="d, id")
+        return [MemoryItem(r["id"], r["question"], r["answer"], r["d"], r["b"], r["b_sd"], "seed") for r in rows]
+
+    # ---- model usage per node (idempotent: a re-run node replaces its row) ------------------------------------
+    def record_usage(self, method: str, gap: int, round: int, node: str, spent: dict[str, float]) -> None:
+        self.db["usage"].upsert({"method": method, "gap": gap, "round": round, "node": node,
+                                 "calls": int(spent["calls"]), "cached": int(spent["cached"]),
+                                 "tokens": int(spent["tokens"]), "cost": float(spent["cost"])},
+                                pk=("method", "gap", "round", "node"))
+
+    def gap_usage(self, method: str, gap: int) -> dict[str, float]:
+        row = self.db.execute("select coalesce(sum(calls),0), coalesce(sum(tokens),0), coalesce(sum(cost),0) "
+                              "from usage where method = ? and gap = ?", [method, gap]).fetchone()
+        return {"calls": row[0], "tokens": row[1], "cost": row[2]}
+
+    def usage_by_round(self, method: str, gap: int) -> dict[int, dict[str, float]]:
+        out: dict[int, dict[str, float]] = {}
+        for r in self.db.execute("select round, sum(calls), sum(tokens), sum(cost) from usage where method = ? and "
+                                 "gap = ? group by round", [method, gap]).fetchall():
+            out[r[0]] = {"calls": r[1], "tokens": r[2], "cost": r[3]}
+        return out
 
     # ---- gaps ----------------------------------------------------------------------------------------------
     def upsert_gap(self, method: str, gap: int, **fields: Any) -> None:
@@ -130,12 +156,19 @@ class MemoryBank:
         r["counts"] = json.loads(r["counts"]) if r.get("counts") else None
         return r
 
+    def best_candidate(self, method: str, gap: int, target: float) -> dict[str, Any] | None:
+        """The valid, placed child nearest to the target so far (ties: smaller id)."""
+        row = self.db.execute(
+            "select id from candidates where method = ? and gap = ? and status in ('placed', 'chosen') "
+            "order by abs(d - ?), id limit 1", [method, gap, target]).fetchone()
+        return None if row is None else self.candidate(row[0])
+
     def placed(self, method: str, gap: int) -> list[MemoryItem]:
         """Valid, labelled candidates of one gap's search (they join the memory as potential parents)."""
         return [
             MemoryItem(r["id"], r["question"], r["answer"], r["d"], r["b"], r["b_sd"], "candidate")
             for r in self.candidates(method, gap)
-            if r["status"] == "placed"
+            if r["status"] in ("placed", "chosen")
         ]
 
     # ---- review queue ----------------------------------------------------------------------------------------

@@ -293,6 +293,10 @@ class ModelClient:
         key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
         if cfg.api_key_env and not key:
             raise InputError("<config>", f"environment variable {cfg.api_key_env} is not set (needed by {cfg.model})")
+        if key is None and cfg.is_local():
+            # local OpenAI-compatible servers (vLLM, llama.cpp, Ollama) ignore the key, but litellm's openai/
+            # provider refuses to send a request without one; "EMPTY" is vLLM's documented placeholder.
+            key = "EMPTY"
         try:
             bare, provider, _, _ = litellm.get_llm_provider(model=cfg.model, api_base=cfg.api_base)
             supported = litellm.get_supported_openai_params(model=bare, custom_llm_provider=provider) or []
@@ -618,6 +622,10 @@ class SyncModelClient:
 
     def _run(self, coro: Awaitable[Any]) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
+
+    def run(self, coro: Awaitable[Any]) -> Any:
+        """Run any coroutine that uses ``self.client`` on the client's loop (e.g. a batch under ``asyncio.gather``)."""
+        return self._run(coro)
 
     def complete(self, cfg: ModelConfig, messages: Messages, **kwargs: Any) -> CallResult:
         return self._run(self.client.complete(cfg, messages, **kwargs))

@@ -1,0 +1,116 @@
+"""Terminal views of a fill run: the live progress panel, the Table-2 summary, a gap's trace tree, the review queue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.tree import Tree
+
+
+def _f(x: float | None, nd: int = 3) -> str:
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+class FillLive:
+    """A one-line live view: method, gap, round, best deviation, calls, cost (fed by the graph's events)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.state: dict[str, Any] = {}
+        self._live = Live(self._render(), console=console, refresh_per_second=4, transient=True)
+
+    def _render(self) -> Table:
+        s = self.state
+        t = Table.grid(padding=(0, 2))
+        t.add_row(
+            f"[bold]{s.get('method', 'benchfill')}[/]", f"gap {s.get('gap', '-')}", f"round {s.get('round', '-')}",
+            f"step {s.get('node', '-')}", f"best |d - t| {_f(s.get('best_deviation'))}",
+            f"calls {int(s.get('calls', 0))} ({int(s.get('cached', 0))} cached)", f"cost ${s.get('cost', 0.0):.4f}",
+        )
+        return t
+
+    def update(self, event: dict[str, Any]) -> None:
+        if event.get("node") == "propose_gaps":
+            self.state.pop("best_deviation", None)
+        self.state.update({k: v for k, v in event.items() if v is not None})
+        if event.get("node") == "finalize":
+            gap = event.get("gap")
+            msg = (f"gap {gap} filled, |d - t| = {_f(event.get('deviation'))}" if event.get("filled")
+                   else f"gap {gap} left unfilled (no valid child)")
+            self.console.print(f"[dim]{event.get('method')}:[/] {msg}")
+        self._live.update(self._render())
+
+    def __enter__(self) -> "FillLive":
+        self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._live.__exit__(*exc)
+
+
+def fill_summary_table(summary: dict[str, Any]) -> Table:
+    """Table 2 of the paper for this run: one row per gap and method, then the Top-3 reductions."""
+    title = "BenchFill summary" + (" [SIMULATED]" if summary.get("simulated") else "")
+    t = Table(title=title, title_justify="left")
+    for col in ("method", "gap", "target t", "chosen d ± SD", "|d - t|", "rounds", "candidates", "cost $", "status"):
+        t.add_column(col, justify="left" if col in ("method", "status") else "right")
+    for method, m in summary["methods"].items():
+        for g in m["gaps"]:
+            chosen = "-" if g["chosen_d"] is None else f"{g['chosen_d']:.3f} ± {g['chosen_d_sd']:.3f}"
+            t.add_row(method, str(g["gap"]), _f(g["target"]), chosen, _f(g["deviation"]), str(g["rounds"]),
+                      str(g["n_candidates"]), f"{g['cost'] or 0:.4f}", g["status"])
+    t.add_section()
+    for method, m in summary["methods"].items():
+        t.add_row(method, "all", "", "", _f(m["mean_deviation"]), "", str(m["candidates"]), f"{m['cost']:.4f}",
+                  f"Top-3 gap sum -{100 * m['top3_reduction']:.1f} %")
+    t.add_row("oracle", "all", "", "", "0.000", "", "", "", f"Top-3 gap sum -{100 * summary['oracle']['top3_reduction']:.1f} %")
+    return t
+
+
+def trace_tree(data: dict[str, Any]) -> Tree:
+    """A gap's search as a tree: rounds -> parents -> children with verdict, panel counts and placement."""
+    head = (f"[bold]{data['method']} gap {data['gap']}[/]: [{data['lo']:.3f}, {data['hi']:.3f}] target "
+            f"{data['target']:.3f}, {data['status']}")
+    if data["chosen"]:
+        head += f", chosen {data['chosen']} d = {data['chosen_d']:.3f} ± {data['chosen_d_sd']:.3f}"
+    u = data["usage"]
+    head += f"  (calls {int(u['calls'])}, tokens {int(u['tokens'])}, cost ${u['cost']:.4f})"
+    if data.get("simulated"):
+        head += " [yellow]SIMULATED[/]"
+    tree = Tree(head)
+    for r in data["rounds"]:
+        ru = r["usage"]
+        branch = tree.add(f"round {r['round']}  (calls {int(ru['calls'])}, cost ${ru['cost']:.4f})")
+        for p in r["parents"]:
+            pb = branch.add(f"parent {p['id']} ({p['kind']}, d = {_f(p['d'])})")
+            for c in (c for c in r["children"] if c["parent"] == p["id"]):
+                text = " ".join((c["question"] or "").split())[:70]
+                line = f"{c['id']}: {c['status']}"
+                if c["d"] is not None:
+                    line += f"  d = {c['d']:.3f} ± {c['d_sd']:.3f}  |d - t| = {c['deviation']:.3f}"
+                if c["counts"]:
+                    k = sum(v[0] for v in c["counts"].values())
+                    n = sum(v[1] for v in c["counts"].values())
+                    line += f"  panel {k}/{n}"
+                if c["verdict"] and not c["valid"]:
+                    line += f"  judge: {c['verdict'].get('reason', '')[:60]}"
+                if c["error"]:
+                    line += f"  [red]{c['error'][:60]}[/]"
+                if c["id"] == data["chosen"]:
+                    line = f"[bold green]{line} <- chosen[/]"
+                pb.add(f"{line}\n[dim]{text}[/]")
+    return tree
+
+
+def review_table(queue: list[dict[str, Any]]) -> Table:
+    t = Table(title="review queue (accepted after 3 approvals)", title_justify="left")
+    for col in ("candidate", "gap", "target", "d ± SD", "approvals", "status", "question"):
+        t.add_column(col)
+    for q in queue:
+        t.add_row(q["candidate"], str(q["gap"]), _f(q["target"]), f"{q['d']:.3f} ± {q['d_sd']:.3f}",
+                  f"{q['approvals']} (+{q['rejections']} rejections)" if q["rejections"] else str(q["approvals"]),
+                  q["status"], " ".join(q["question"].split())[:60])
+    return t

@@ -1,0 +1,227 @@
+"""A BenchFill run end to end: diagnose the benchmark, build the context, run the search (and, with ``compare``,
+the budget-matched baseline), and summarise it Table-2 style. Everything lives in one run folder:
+
+    diagnosis.json / .png / .scale.npz   the benchmark's diagnosis and the scale new items are placed on
+    memory.sqlite                         the memory bank: gaps, seeds, candidates, usage, reviews, every model call
+    checkpoints.sqlite                    LangGraph's checkpoints (resume)
+    labels/<method>-g<gap>-r<round>/      each labelling round's response file
+    summary.json                          the Table-2 summary
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+from pydantic import ValidationError
+
+from benchfill.data import Item, load_panel
+from benchfill.diagnostics.report import Diagnosis, diagnose
+from benchfill.errors import InputError
+from benchfill.graphs.fill import FillContext, FillState, run_search
+from benchfill.graphs.policy import SearchParams, oracle_insertions, top_k_reduction
+from benchfill.io import atomic_write_json, atomic_write_text
+from benchfill.irt.model import IRTSpec, SamplerSettings
+from benchfill.irt.scale import Scale
+from benchfill.memory.bank import MemoryBank
+from benchfill.models.config import ModelConfig, RunConfig, load_config, validate_config
+from benchfill.models.prompts import PromptLibrary
+
+MEMORY_DB = "memory.sqlite"
+CHECKPOINTS_DB = "checkpoints.sqlite"
+SUMMARY = "summary.json"
+SIM_BANNER = "SIMULATED: every model in this run is the offline simulated world, not a real LLM"
+
+
+@dataclass(frozen=True)
+class FillOptions:
+    items: Path
+    responses: Path
+    config: Path
+    out: Path
+    models: int | None = 12
+    models_file: Path | None = None
+    n_gaps: int = 3
+    sampler: str = ""
+    seed: int = 0
+    compare: bool = False
+    resume: bool = False
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What must not change between a run and its resume."""
+
+        def digest(path: Path | None) -> str | None:
+            return None if path is None else hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+        return {"items": digest(self.items), "responses": digest(self.responses), "config": digest(self.config),
+                "models": self.models, "models_file": digest(self.models_file), "n_gaps": self.n_gaps,
+                "sampler": self.sampler, "seed": self.seed}
+
+
+def search_params(config: RunConfig) -> SearchParams:
+    """The ``[fill]`` section of the config over the paper's defaults."""
+    try:
+        return SearchParams(**config.fill)
+    except TypeError as exc:
+        raise InputError(config.source, f"[fill]: {exc}".replace("SearchParams.__init__() ", "")) from None
+
+
+def simulated_panel(config: RunConfig, scale: Scale) -> list[ModelConfig]:
+    """In the simulated world the panel is the scale's own models, answering with their fitted abilities."""
+    rollouts = search_params(config).sim_panel_rollouts
+    return [ModelConfig(model=f"sim/{m}", name=m, rollouts=rollouts) for m in scale.models]
+
+
+def _check_panel(config: RunConfig, scale: Scale) -> list[ModelConfig]:
+    labels = [m.label for m in config.panel]
+    missing = [m for m in scale.models if m not in labels]
+    if missing:
+        raise InputError(config.source, f"panel: the scale's models {', '.join(missing[:5])} have no panel entry "
+                                        f"(each panel model's name must be a model of the response data)")
+    return [m for m in config.panel if m.label in scale.models]
+
+
+class FillRun:
+    """Set up (or reopen) a run folder; ``run()`` executes the searches; ``summary()`` reports them."""
+
+    def __init__(self, opts: FillOptions, on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.opts = opts
+        self.out = opts.out
+        config = load_config(opts.config)
+        need = ("rewriter", "judge") if config.simulated else ("rewriter", "judge", "panel")
+        validate_config(config, need=need)
+        self.config = config
+        self.params = search_params(config)
+        PromptLibrary.from_config(config)
+        if opts.n_gaps < 1:
+            raise InputError(str(opts.config), f"--gaps {opts.n_gaps}: must be at least 1")
+        memory_path = self.out / MEMORY_DB
+        if memory_path.exists() and not opts.resume:
+            raise InputError(str(self.out), "a run already exists in this folder: add --resume to continue it, "
+                                            "or choose another --out")
+        if opts.resume and not memory_path.exists():
+            raise InputError(str(self.out), "--resume: no run in this folder yet")
+        responses, items = load_panel(opts.responses, opts.items, opts.models, opts.models_file)
+        assert items is not None
+        self.bank = MemoryBank(memory_path)
+        fingerprint = opts.fingerprint()
+        if opts.resume:
+            if self.bank.meta("fingerprint") != fingerprint:
+                raise InputError(str(self.out), "--resume: the items, responses, config or options differ from the "
+                                                "run in this folder")
+        self.diagnosis, self.scale = self._diagnosis(responses, items)
+        by_id = {it.id: it for it in items}
+        self.items: list[Item] = [by_id[i] for i in self.scale.item_ids]
+        self.d = np.array([it.d for it in self.diagnosis.items])
+        self.panel = simulated_panel(config, self.scale) if config.simulated else _check_panel(config, self.scale)
+        sim = None
+        if config.simulated:
+            from benchfill.models.sim import SimWorld
+
+            s = config.sim
+            kwargs = {} if s is None else dict(step=s.step, noise=s.noise, scatter=s.scatter,
+                                                   invalid_rate=s.invalid_rate,
+                                                   format_failure_rate=s.format_failure_rate)
+            sim = SimWorld.from_abilities(
+                {m.model: m.theta for m in self.diagnosis.models},
+                {it.item_id: it.b for it in self.diagnosis.items}, seed=(s.seed if s else 0) + opts.seed,
+                b_range=(self.scale.b_min, self.scale.b_max), **kwargs,
+            )
+            sim.register_items(self.items)
+        from benchfill.models.client import SyncModelClient
+
+        self.client = SyncModelClient(self.out / MEMORY_DB, sim=sim)
+        self.ctx = FillContext(
+            items=self.items, d=self.d, scale=self.scale, config=config, panel=self.panel, params=self.params,
+            bank=self.bank, client=self.client, prompts=PromptLibrary.from_config(config),
+            label_dir=self.out / "labels", on_event=on_event,
+        )
+        if not opts.resume:
+            self.bank.set_meta(fingerprint=fingerprint, simulated=config.simulated, config=config.model_dump(
+                mode="json", exclude={"source"}), rewriter=config.rewriter.label, judge=config.judge.label,
+                panel=[m.label for m in self.panel], params=self.params.__dict__, n_gaps=opts.n_gaps,
+                items=str(opts.items), responses=str(opts.responses))
+
+    @property
+    def simulated(self) -> bool:
+        return self.config.simulated
+
+    def _diagnosis(self, responses, items) -> tuple[Diagnosis, Scale]:
+        json_path, scale_path = self.out / "diagnosis.json", self.out / "diagnosis.scale.npz"
+        if self.opts.resume and json_path.exists() and scale_path.exists():
+            try:
+                return Diagnosis.model_validate_json(json_path.read_text()), Scale.load(scale_path)
+            except ValidationError:
+                raise InputError(str(json_path), "not a benchfill diagnosis JSON") from None
+        from benchfill.diagnostics.render import plot_diagnosis
+        from benchfill.irt.fit import available_samplers
+
+        method = self.opts.sampler or ("fast" if "fast" in available_samplers() else "pymc")
+        spec = IRTSpec.for_items(responses.item_ids, items)
+        dg, fit = diagnose(responses, spec, SamplerSettings(method=method, seed=self.opts.seed))
+        scale = Scale.from_fit(fit, source=str(self.opts.responses))
+        dg.files = {"json": str(json_path), "png": str(self.out / "diagnosis.png"), "scale": str(scale_path)}
+        scale.save(scale_path)
+        plot_diagnosis(dg, self.out / "diagnosis.png")
+        atomic_write_text(json_path, dg.model_dump_json(indent=2) + "\n")
+        return dg, scale
+
+    def run(self) -> dict[str, Any]:
+        fixed = [] if self.params.sequential else [(g.lo, g.hi) for g in self.diagnosis.gaps[: self.opts.n_gaps]]
+        if not self.params.sequential and len(fixed) < self.opts.n_gaps:
+            raise InputError(str(self.opts.responses), f"--gaps {self.opts.n_gaps}: the diagnosis lists only "
+                                                       f"{len(fixed)} gaps")
+        ckpt = self.out / CHECKPOINTS_DB
+        bf = run_search(self.ctx, ckpt, FillState(method="benchfill", n_gaps=self.opts.n_gaps, fixed_gaps=fixed),
+                        resume=self.opts.resume)
+        if self.opts.compare:
+            rounds = [g["rounds"] for g in self.bank.gaps("benchfill")]
+            run_search(self.ctx, ckpt, FillState(method="baseline", n_gaps=self.opts.n_gaps, fixed_gaps=fixed,
+                                                 budget_rounds=rounds), resume=self.opts.resume)
+        summary = self.summary(final_state=bf)
+        atomic_write_json(self.out / SUMMARY, summary)
+        return summary
+
+    def close(self) -> None:
+        self.client.close()
+
+    def summary(self, final_state: FillState | None = None) -> dict[str, Any]:
+        return summarise(self.bank, self.d, self.opts.n_gaps, self.simulated, self.diagnosis)
+
+
+def summarise(bank: MemoryBank, d: np.ndarray, n_gaps: int, simulated: bool, diagnosis: Diagnosis | None = None
+              ) -> dict[str, Any]:
+    """Table 2: per gap the target, chosen d, |d - t| with posterior SD, rounds, candidates, cost; and the relative
+    reduction of the Top-3 gap sum after the insertions for BenchFill, the baseline (if run) and the oracle."""
+    methods: dict[str, Any] = {}
+    for method in ("benchfill", "baseline"):
+        gaps = bank.gaps(method)
+        if not gaps:
+            continue
+        inserted = [g["chosen_d"] for g in gaps if g["status"] == "filled"]
+        devs = [g["deviation"] for g in gaps if g["status"] == "filled"]
+        methods[method] = {
+            "gaps": [{k: g.get(k) for k in ("gap", "lo", "hi", "target", "status", "chosen", "chosen_d",
+                                             "chosen_d_sd", "deviation", "rounds", "n_candidates", "cost", "note")}
+                     for g in gaps],
+            "filled": len(inserted),
+            "top3_reduction": top_k_reduction(d, inserted, 3),
+            "mean_deviation": float(np.mean(devs)) if devs else None,
+            "candidates": int(sum(g["n_candidates"] or 0 for g in gaps)),
+            "cost": float(sum(g["cost"] or 0.0 for g in gaps)),
+        }
+    oracle = oracle_insertions(d, n_gaps)
+    out = {
+        "simulated": simulated,
+        "n_items": int(len(d)),
+        "top3_before": float(np.sort(np.diff(np.concatenate([[0], np.sort(np.clip(d, 0, 1)), [1]])))[::-1][:3].sum()),
+        "methods": methods,
+        "oracle": {"inserted": oracle, "top3_reduction": top_k_reduction(d, oracle, 3)},
+    }
+    if simulated:
+        out = {"label": SIM_BANNER, **out}
+    return out

@@ -1,0 +1,299 @@
+"""The BenchFill search end to end: graph structure, the stop rules, sequential gaps, unfillable gaps, malformed
+rewriter output, the real client path against a local OpenAI-protocol server, and resume after a crash in every node."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from benchfill.cli import app
+from benchfill.graphs.fill import NODES, graph_structure
+from benchfill.irt.simulate import simulate_responses
+
+runner = CliRunner()
+
+SIM_CONFIG = """
+seed = 0
+[sim]
+seed = 0
+step = 0.6
+noise = 0.2
+invalid_rate = {invalid_rate}
+[rewriter]
+model = "sim/rewriter"
+[judge]
+model = "sim/judge"
+[fill]
+parents = 2
+children_per_parent = 3
+max_rounds = {max_rounds}
+tolerance = {tolerance}
+sim_panel_rollouts = 4
+"""
+
+
+def make_benchmark(folder: Path, n_items: int = 40, n_models: int = 6, seed: int = 0) -> tuple[Path, Path]:
+    """A small simulated benchmark with a planted hole in difficulty (items + responses files)."""
+    rng = np.random.default_rng(seed)
+    b = np.concatenate([rng.uniform(-2.5, -0.3, n_items // 2), rng.uniform(1.2, 2.5, n_items - n_items // 2)])
+    r = simulate_responses(np.linspace(-2, 2, n_models), b, 8, seed=seed)
+    resp = folder / "responses.csv"
+    r.to_long().to_csv(resp, index=False)
+    items = folder / "items.jsonl"
+    items.write_text("".join(json.dumps({"id": i, "question": f"Compute the value of problem {i}.",
+                                         "answer": str(k + 7)}) + "\n" for k, i in enumerate(r.item_ids)))
+    return items, resp
+
+
+def write_config(folder: Path, *, invalid_rate: float = 0.1, max_rounds: int = 3, tolerance: float = 0.01,
+                 name: str = "fill.toml") -> Path:
+    cfg = folder / name
+    cfg.write_text(SIM_CONFIG.format(invalid_rate=invalid_rate, max_rounds=max_rounds, tolerance=tolerance))
+    return cfg
+
+
+def flat(text: str) -> str:
+    """Terminal output with rich's line wrapping undone."""
+    return " ".join(text.split())
+
+
+def fill(items, resp, cfg, out, *extra):
+    return runner.invoke(app, ["fill", str(items), "--responses", str(resp), "--config", str(cfg), "--out", str(out),
+                               "--sampler", "map", "--models", "6", *extra], catch_exceptions=False)
+
+
+def test_graph_has_one_node_per_step_and_a_loop_back():
+    g = graph_structure()
+    assert g["nodes"] == sorted(NODES)
+    edges = {(a, b) for a, b, _ in g["edges"]}
+    assert ("stop", "select_parents") in edges and ("stop", "finalize") in edges
+    assert ("finalize", "propose_gaps") in edges and ("propose_gaps", "__end__") in edges
+    chain = ["seed_memory", "select_parents", "rewrite", "validate", "label", "place", "stop"]
+    assert all((a, b) in edges for a, b in zip(chain, chain[1:]))
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bench")
+    return make_benchmark(folder)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, bench):
+    folder = tmp_path_factory.mktemp("run")
+    items, resp = bench
+    cfg = write_config(folder)
+    res = fill(items, resp, cfg, folder / "out", "--compare")
+    assert res.exit_code == 0, res.output
+    return folder / "out", res.output
+
+
+def test_fill_fills_gaps_sequentially_and_reports_table2(finished_run):
+    out, output = finished_run
+    assert "SIMULATED" in output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["simulated"] is True
+    bf = summary["methods"]["benchfill"]
+    assert [g["gap"] for g in bf["gaps"]] == [1, 2, 3]
+    targets = [g["target"] for g in bf["gaps"]]
+    assert len(set(round(t, 9) for t in targets)) == 3  # sequential: a filled gap is not proposed again
+    for g in bf["gaps"]:
+        assert g["status"] == "filled" and g["lo"] < g["target"] < g["hi"]
+        assert g["chosen_d_sd"] > 0.01  # 6 models x 4 rollouts: the placement is far less precise than 0.01
+        assert 1 <= g["rounds"] <= 3
+    assert bf["top3_reduction"] > 0
+    assert "baseline" in summary["methods"]
+    # budget-matched: the baseline ran exactly the rounds BenchFill used, gap by gap
+    assert [g["rounds"] for g in summary["methods"]["baseline"]["gaps"]] == [g["rounds"] for g in bf["gaps"]]
+    assert summary["oracle"]["top3_reduction"] >= bf["top3_reduction"] - 1e-9
+    assert (out / "diagnosis.json").exists() and (out / "checkpoints.sqlite").exists()
+
+
+def test_trace_review_export(finished_run, tmp_path):
+    out, _ = finished_run
+    res = runner.invoke(app, ["trace", str(out), "--gap", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["rounds"] and data["rounds"][0]["parents"]
+    child = data["rounds"][0]["children"][0]
+    assert {"verdict", "counts", "d", "d_sd", "status"} <= set(child)
+    assert data["chosen"] in {c["id"] for r in data["rounds"] for c in r["children"]}
+    tree = runner.invoke(app, ["trace", str(out), "--gap", "2"])
+    assert tree.exit_code == 0 and "round 1" in flat(tree.output) and "chosen" in flat(tree.output)
+    assert runner.invoke(app, ["trace", str(out), "--gap", "9"]).exit_code == 2
+
+    chosen = data["chosen"]
+    for who in ("ann", "bob"):
+        assert runner.invoke(app, ["review", str(out), "--approve", chosen, "--reviewer", who]).exit_code == 0
+    jsonl = tmp_path / "filled.jsonl"
+    res = runner.invoke(app, ["export", str(out), "--out", str(jsonl)])
+    assert res.exit_code == 0 and "+ 0 new" in flat(res.output)  # two approvals are not enough
+    runner.invoke(app, ["review", str(out), "--approve", chosen, "--reviewer", "ann"])  # same reviewer twice
+    assert "+ 0 new" in flat(runner.invoke(app, ["export", str(out), "--out", str(jsonl)]).output)
+    assert runner.invoke(app, ["review", str(out), "--approve", chosen, "--reviewer", "cy"]).exit_code == 0
+    hf = tmp_path / "hf"
+    res = runner.invoke(app, ["export", str(out), "--out", str(jsonl), "--hf", str(hf)])
+    assert res.exit_code == 0 and "40 original + 1 new" in flat(res.output), res.output
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    new = rows[-1]
+    assert new["id"] == f"benchfill-{chosen}" and new["metadata"]["benchfill"]["approvals"] == 3
+    assert new["metadata"]["benchfill"]["simulated"] is True
+    import datasets
+
+    assert len(datasets.load_from_disk(str(hf))) == 41
+    bad = runner.invoke(app, ["review", str(out), "--approve", "nope", "--reviewer", "x"])
+    assert bad.exit_code == 2
+
+
+def test_tolerance_stop_and_round_cap(tmp_path, bench):
+    items, resp = bench
+    loose = fill(items, resp, write_config(tmp_path, tolerance=1.0, name="a.toml"), tmp_path / "a", "--gaps", "1")
+    assert loose.exit_code == 0, loose.output
+    g = json.loads((tmp_path / "a" / "summary.json").read_text())["methods"]["benchfill"]["gaps"][0]
+    assert g["rounds"] == 1  # any valid child is within tolerance 1.0
+    strict = fill(items, resp, write_config(tmp_path, tolerance=0.0, max_rounds=2, name="b.toml"), tmp_path / "b",
+                  "--gaps", "1")
+    g = json.loads((tmp_path / "b" / "summary.json").read_text())["methods"]["benchfill"]["gaps"][0]
+    assert strict.exit_code == 0 and g["rounds"] == 2  # never within 0.0: stops at the cap
+
+
+def test_a_judge_that_rejects_everything_leaves_gaps_unfilled(tmp_path, bench):
+    items, resp = bench
+    res = fill(items, resp, write_config(tmp_path, invalid_rate=1.0, max_rounds=2), tmp_path / "out", "--gaps", "2")
+    assert res.exit_code == 0, res.output
+    assert "left unfilled" in flat(res.output)
+    gaps = json.loads((tmp_path / "out" / "summary.json").read_text())["methods"]["benchfill"]["gaps"]
+    assert [g["status"] for g in gaps] == ["unfilled", "unfilled"]
+    assert "no valid" in gaps[0]["note"] and gaps[0]["target"] != gaps[1]["target"]
+
+
+def test_existing_run_needs_resume_and_matching_inputs(finished_run, bench, tmp_path):
+    out, _ = finished_run
+    items, resp = bench
+    cfg = write_config(tmp_path)
+    assert "--resume" in flat(fill(items, resp, cfg, out).output)
+    other = write_config(tmp_path, max_rounds=5, name="other.toml")
+    res = fill(items, resp, other, out, "--resume")
+    assert res.exit_code == 2 and "differ" in flat(res.output)
+
+
+# ---- the real client path: rewriter, judge and panel are a local OpenAI-protocol server ----------------------
+
+
+def stub_responder(body):
+    """Plays rewriter (JSON children), judge (JSON verdict) and panel (boxed answers) by reading the prompt."""
+    text = body["messages"][-1]["content"]
+    if "Reply with JSON only" in text and "children" in text:
+        if "malformed" in body["model"]:
+            return "Sure! Here are some items: 1) ... 2) ..."  # never JSON: re-asked, then dropped
+        n = 3
+        return json.dumps({"children": [{"question": f"Variant {k} of: {text[-60:]}", "answer": "7",
+                                         "rationale": "stub"} for k in range(n)]})
+    if "well_posed" in text:
+        return json.dumps({"well_posed": True, "answer_correct": True, "reason": "stub"})
+    h = sum(map(ord, json.dumps(body["messages"]) + str(body.get("seed")))) % 3
+    return f"The answer is \\boxed{{{7 if h else 8}}}."
+
+
+def stub_config(folder: Path, port: int, rewriter: str = "openai/stub-rewriter") -> Path:
+    panel = "".join(f'[[panel]]\nname = "m{j:02d}"\nmodel = "openai/stub-panel-{j}"\napi_base = "http://127.0.0.1:{port}/v1"\n'
+                    f"rollouts = 2\nmax_retries = 1\ntimeout = 10\n" for j in range(6))
+    cfg = folder / f"real-{rewriter.split('/')[-1]}.toml"
+    cfg.write_text(f"""
+[rewriter]
+model = "{rewriter}"
+api_base = "http://127.0.0.1:{port}/v1"
+max_retries = 1
+timeout = 10
+[judge]
+model = "openai/stub-judge"
+api_base = "http://127.0.0.1:{port}/v1"
+[fill]
+parents = 2
+children_per_parent = 3
+max_rounds = 2
+{panel}""")
+    return cfg
+
+
+@pytest.fixture
+def stub():
+    from tests.openai_stub import start_stub
+
+    server = start_stub(responder=stub_responder)
+    yield server
+    server.stop()
+
+
+def test_real_client_path_against_a_local_server(tmp_path, bench, stub):
+    items, resp = bench
+    cfg = stub_config(tmp_path, stub.port)
+    res = fill(items, resp, cfg, tmp_path / "out", "--gaps", "1")
+    assert res.exit_code == 0, res.output
+    assert "SIMULATED" not in res.output
+    made = stub.calls
+    assert made > 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["simulated"] is False and summary["methods"]["benchfill"]["gaps"][0]["n_candidates"] > 0
+
+
+def test_malformed_rewriter_output_is_reasked_then_dropped(tmp_path, bench, stub):
+    items, resp = bench
+    cfg = stub_config(tmp_path, stub.port, rewriter="openai/malformed-rewriter")
+    res = fill(items, resp, cfg, tmp_path / "out", "--gaps", "1")
+    assert res.exit_code == 0, res.output
+    con = sqlite3.connect(tmp_path / "out" / "memory.sqlite")
+    rows = con.execute("select status, error from candidates").fetchall()
+    assert rows and all(s == "rewrite_failed" and "malformed" in e for s, e in rows)
+    asks = con.execute("select count(*) from call_log where role = 'rewriter' and outcome = 'ok'").fetchone()[0]
+    assert asks == 2 * 2 * 3  # 2 rounds x 2 parents x (1 ask + 2 re-asks)
+    gap = json.loads((tmp_path / "out" / "summary.json").read_text())["methods"]["benchfill"]["gaps"][0]
+    assert gap["status"] == "unfilled"
+
+
+# ---- resume after a crash inside every node -----------------------------------------------------------------
+
+
+def _cli(args: list[str], env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "benchfill.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=600)
+
+
+def _chosen(out: Path) -> list[tuple]:
+    summary = json.loads((out / "summary.json").read_text())
+    return [(m, g["gap"], g["chosen"], g["chosen_d"], g["rounds"]) for m, v in summary["methods"].items()
+            for g in v["gaps"]]
+
+
+def _double_calls(out: Path) -> int:
+    con = sqlite3.connect(out / "memory.sqlite")
+    return con.execute("select count(*) from (select key from call_log where outcome = 'ok' group by key "
+                       "having count(*) > 1)").fetchone()[0]
+
+
+@pytest.mark.slow
+def test_resume_after_a_crash_in_each_node_matches_an_unbroken_run(tmp_path, bench):
+    items, resp = bench
+    cfg = write_config(tmp_path, max_rounds=2)
+    base = ["fill", str(items), "--responses", str(resp), "--config", str(cfg), "--sampler", "map", "--models", "6",
+            "--gaps", "2", "--compare"]
+    ref = _cli(base + ["--out", str(tmp_path / "ref")])
+    assert ref.returncode == 0, ref.stderr
+    expected = _chosen(tmp_path / "ref")
+    for node in NODES:
+        out = tmp_path / node
+        crashed = _cli(base + ["--out", str(out)], {"BENCHFILL_CRASH_AT": f"{node}:2"})
+        assert crashed.returncode == 137, (node, crashed.stderr[-500:])
+        resumed = _cli(base + ["--out", str(out), "--resume"])
+        assert resumed.returncode == 0, (node, resumed.stderr[-2000:])
+        assert _chosen(out) == expected, node
+        assert _double_calls(out) == 0, node
