@@ -260,7 +260,7 @@ def fill(
     sampler: str = typer.Option("", help=SAMPLER_HELP),
     seed: int = typer.Option(0),
     compare: bool = typer.Option(False, "--compare", help="also run the budget-matched baseline and the oracle"),
-    resume: bool = typer.Option(False, "--resume", help="continue the run in --out where it stopped"),
+    resume: bool = typer.Option(False, "--resume", help="continue the run in --out where it stopped (starts it if there is none)"),
 ) -> None:
     """Fill the largest difficulty gaps with the BenchFill search (rewrite -> validate -> label -> place)."""
     from benchfill.graphs.render import FillLive, fill_summary_table
@@ -500,6 +500,13 @@ def place(
             "ignored_models": placed.ignored_models, "items": placed.to_records(),
         })
         console.print(f"wrote {json_out}")
+
+
+# ---- designers (BenchBench: card / run / rewriters) -------------------------------------------------------
+
+from benchfill.designers.cli import designers_app  # noqa: E402  (a light import: typer only, the rest is lazy)
+
+app.add_typer(designers_app, name="designers")
 
 
 def main() -> None:  # pragma: no cover - entry point

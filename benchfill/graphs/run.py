@@ -104,7 +104,7 @@ class FillRun:
             raise InputError(str(self.out), "a run already exists in this folder: add --resume to continue it, "
                                             "or choose another --out")
         if opts.resume and not memory_path.exists():
-            raise InputError(str(self.out), "--resume: no run in this folder yet")
+            opts = self.opts = replace(opts, resume=False)  # nothing to continue: --resume starts the run
         responses, items = load_panel(opts.responses, opts.items, opts.models, opts.models_file)
         assert items is not None
         self.bank = MemoryBank(memory_path)
