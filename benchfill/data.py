@@ -14,7 +14,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Iterator, Literal, Sequence
 
 import numpy as np
 import pandas as pd
@@ -196,8 +196,8 @@ def _wide_to_long(path: Path, frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*LONG_COLUMNS, "_row"])
 
 
-def _jsonl_frame(path: Path, text: str) -> pd.DataFrame:
-    rows = []
+def jsonl_records(path: Path, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line; a line that is not a JSON object is an InputError."""
     for k, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -207,6 +207,12 @@ def _jsonl_frame(path: Path, text: str) -> pd.DataFrame:
             raise InputError(str(path), f"invalid JSON ({exc.msg})", row=k) from None
         if not isinstance(rec, dict):
             raise InputError(str(path), "each line must be a JSON object", row=k)
+        yield k, rec
+
+
+def _jsonl_frame(path: Path, text: str) -> pd.DataFrame:
+    rows = []
+    for k, rec in jsonl_records(path, text):
         if "responses" in rec and "subject_id" in rec:  # py-irt jsonlines
             if not isinstance(rec["responses"], dict):
                 raise InputError(str(path), "'responses' must map item id -> 0/1", row=k)
@@ -379,15 +385,7 @@ def load_items(path: str | Path) -> list[Item]:
     items: list[Item] = []
     seen: dict[str, int] = {}
     index = 0
-    for k, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(str(path), f"invalid JSON ({exc.msg})", row=k) from None
-        if not isinstance(rec, dict):
-            raise InputError(str(path), "each line must be a JSON object", row=k)
+    for k, rec in jsonl_records(path, text):
         item = _item_from_record(path, rec, k, index)
         if item.id in seen:
             raise InputError(str(path), f"duplicate item id {item.id!r} (first at row {seen[item.id]})", row=k)
