@@ -5,39 +5,17 @@ Every command turns :class:`benchfill.errors.InputError` into one line on stderr
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from pathlib import Path
-from typing import Callable, Optional, TypeVar
+from typing import Optional
 
 import typer
-from rich.console import Console
 
+from benchfill.cli_support import console, err_console, friendly_errors
 from benchfill.errors import InputError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmarks as empirical measures over difficulty.")
-console = Console()
-err_console = Console(stderr=True)
-
-F = TypeVar("F", bound=Callable[..., object])
-
-
-def friendly_errors(fn: F) -> F:
-    """Bad input -> one clear line and exit 2, never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except InputError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            err_console.print("interrupted: everything saved so far is kept; rerun the same command to resume")
-            raise typer.Exit(130) from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 @app.callback()
@@ -484,8 +462,9 @@ def place(
     if placed.ignored_models:
         err_console.print(f"note: ignored {len(placed.ignored_models)} model(s) not on the scale: "
                           f"{', '.join(placed.ignored_models)}")
-    table = Table(title=f"{resp.shape[1]} item(s) placed on {scale.name} ({sc.n_draws} ability draws, "
-                        f"d = (b - {sc.b_min:.3f}) / {sc.span:.3f})")
+    sign = "-" if sc.b_min >= 0 else "+"
+    table = Table(title=f"{resp.shape[1]} item(s) placed on {scale.name} ({sc.n_draws} ability draws; "
+                        f"d = (b {sign} {abs(sc.b_min):.3f}) / {sc.span:.3f})")
     for col in ("item", "b", "SD", "d", "d SD"):
         table.add_column(col, justify="left" if col == "item" else "right")
     for rec in placed.to_records():

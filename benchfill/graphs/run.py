@@ -11,7 +11,6 @@ the budget-matched baseline), and summarise it Table-2 style. Everything lives i
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable

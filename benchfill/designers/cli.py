@@ -1,0 +1,124 @@
+"""``benchfill designers ...``: evaluate LLMs as benchmark designers (BenchBench, SPEC section 7).
+
+    benchfill designers card examples/math500.items.jsonl --out runs/m500.card.yaml
+    benchfill designers run --card runs/m500.card.yaml --quotas examples/quotas.yaml \\
+        --config examples/designers.toml --out runs/dz
+    benchfill designers rewriters runs/fill-a runs/fill-b
+
+``benchfill.cli`` mounts it with one ``add_typer`` line; both share :mod:`benchfill.cli_support`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from benchfill.cli_support import console, friendly_errors
+from benchfill.errors import InputError
+
+designers_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                            help="Evaluate LLMs as benchmark designers (BenchBench): domain card, quota-controlled "
+                                 "suites, panel validation, designer leaderboard; rewriters of fill runs too.")
+
+
+@designers_app.command("card")
+@friendly_errors
+def card_cmd(
+    items: Path = typer.Argument(..., help="seed benchmark items (JSONL: id, question, answer[, choices, metadata])"),
+    out: Path = typer.Option(..., "--out", "-o", help="where to write the domain card (YAML)"),
+    config: Optional[Path] = typer.Option(None, "--config", "-c",
+                                          help="designers config; its [card] model labels the items (optional)"),
+    name: Optional[str] = typer.Option(None, help="benchmark name (default: from the file name)"),
+    language: Optional[str] = typer.Option(None, help="ISO 639-1 language code (default: detected)"),
+    max_categories: int = typer.Option(8, help="super-categories of the keyword fallback"),
+    examples: int = typer.Option(12, help="example items in the card"),
+) -> None:
+    """Extract a domain card: ontology with counts, glossary, examples, formats, levels, modality, language."""
+    from benchfill.designers.card import build_card
+
+    with console.status("extracting the domain card ..."):
+        card = build_card(items, out, config_path=config, name=name, language=language,
+                          max_categories=max_categories, n_examples=examples)
+    from rich.table import Table
+
+    t = Table(title=f"domain card {card.name}: {card.n_items} items, {card.language}, {card.modality}"
+                    + (" [bold yellow](SIMULATED labels)[/]" if card.simulated else ""), title_justify="left")
+    t.add_column("category")
+    t.add_column("items", justify="right")
+    t.add_column("sub-domains")
+    for node in card.ontology:
+        t.add_row(node.name, str(node.count), ", ".join(f"{s.name} ({s.count})" for s in node.subdomains))
+    console.print(t)
+    console.print(f"formats {card.formats}; levels {card.difficulty_levels or 'unknown'}; "
+                  f"{len(card.glossary)} glossary terms; {len(card.examples)} examples ({card.method.get('categories')})")
+    console.print(f"wrote {out}")
+
+
+@designers_app.command("run")
+@friendly_errors
+def run_cmd(
+    card: Path = typer.Option(..., "--card", help="domain card (YAML) from `benchfill designers card`"),
+    quotas: Path = typer.Option(..., "--quotas", help="quota file (YAML): total, super_categories, formats, "
+                                                     "difficulty, intent"),
+    config: Path = typer.Option(..., "--config", "-c", help="designers config (TOML/YAML): [[designers]], "
+                                                            "[[panel]], [judge]"),
+    out: Path = typer.Option(..., "--out", "-o", help="run folder (resumable: rerun the same command)"),
+    seed_responses: Optional[Path] = typer.Option(None, "--seed-responses",
+                                                  help="answerers' responses on the seed benchmark (long CSV/JSONL); "
+                                                       "default: the panel answers the card's seed items"),
+    seed_items: Optional[Path] = typer.Option(None, "--seed-items", help="seed items to answer (default: the card's "
+                                                                          "source file)"),
+    seed_limit: Optional[int] = typer.Option(None, "--seed-limit", help="answer only the first N seed items"),
+    irt: Optional[str] = typer.Option(None, "--irt", help="IRT inference for the joint difficulty scale: map "
+                                                          "(default), fast, pymc, nutpie"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="also copy report.json here"),
+) -> None:
+    """Every designer writes a quota-controlled suite; every answerer answers every item; checks and the judge
+    build the core set; the leaderboard, report.json, matrix.csv and heatmap.png go to the run folder."""
+    from benchfill.designers.pipeline import SIM_NOTE, run_designers
+    from benchfill.designers.report import across_table, leaderboard_table, preference_table
+    from benchfill.io import atomic_write_json
+
+    if irt is not None and irt not in ("map", "fast", "pymc", "nutpie"):
+        raise InputError("--irt", f"{irt!r}: choose map, fast, pymc or nutpie")
+    if seed_limit is not None and seed_limit < 1:
+        raise InputError("--seed-limit", f"{seed_limit}: must be at least 1")
+    with console.status("designer evaluation ...") as status:
+        result = run_designers(card, quotas, config, out, seed_responses=seed_responses, seed_items=seed_items,
+                               seed_limit=seed_limit, irt=irt, log=lambda m: status.update(m))
+    report = result.report
+    if report.get("simulated"):
+        console.print(f"[bold yellow]{SIM_NOTE}[/]")
+    console.print(leaderboard_table(report))
+    console.print(preference_table(report))
+    console.print(across_table(report))
+    if report.get("seed") is None:
+        console.print("[yellow]no seed-benchmark accuracies: ranking preservation (tau) not computed[/]")
+    if json_out is not None:
+        atomic_write_json(json_out, report)
+    u = result.usage
+    skipped = f"; stages reused: {', '.join(result.skipped_stages)}" if result.skipped_stages else ""
+    console.print(f"calls made {u['calls_made']}, cached {u['cached']}, errors {u['errors']}, cost ${u['cost']:.4f}"
+                  f"{skipped}")
+    console.print(f"wrote {out}/report.json, matrix.csv, heatmap.png, core.jsonl")
+
+
+@designers_app.command("rewriters")
+@friendly_errors
+def rewriters_cmd(
+    runs: List[Path] = typer.Argument(..., help="fill run folders (each with memory.sqlite)"),
+    method: str = typer.Option("benchfill", help="which search's gaps to score (benchfill, baseline)"),
+    tolerance: Optional[float] = typer.Option(None, help="|d - t| that counts as on target (default: each run's)"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="write the report as JSON here"),
+) -> None:
+    """Rank BenchFill rewriters like designers: gap-fill success, mean deviation |d - t|, cost per filled gap."""
+    from benchfill.designers.rewriters import rewriter_report, rewriter_table
+    from benchfill.io import atomic_write_json
+
+    report = rewriter_report(runs, method=method, tolerance=tolerance)
+    console.print(rewriter_table(report))
+    if json_out is not None:
+        atomic_write_json(json_out, report)
+        console.print(f"wrote {json_out}")

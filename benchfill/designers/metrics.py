@@ -1,0 +1,357 @@
+"""The metrics of designer evaluation, as pure functions: arrays and mappings in, frozen dataclasses out.
+
+Shapes: D designers, J answerers, I_d core items of designer d. Count arrays are (J, I_d) ``n_correct`` /
+``n_trials`` (rollouts; 0 trials = no gradable answer). Accuracies are shares in [0, 1]; IRT difficulties b are
+logits (larger = harder); correlations are unitless.
+
+- :func:`broken_rate` — non-core share of a suite (duplicates and failed calls are outside the suite).
+- :func:`spec_alignment` — total variation distance between the quota targets and the realised labels, per axis.
+- :func:`difficulty_summary` — mean IRT b on the joint scale, and 1 - mean correct.
+- :func:`discrimination` — corrected item-rest point-biserial per item (Pearson over answerers of the item's
+  pass rate with the answerer's pass rate on the designer's OTHER items), summarised.
+- :func:`kendall_tau` — ranking preservation (answerer ranking on a suite vs on the seed benchmark).
+- :func:`preference_tests` — self / family preference: difference in differences on the designer x answerer
+  accuracy matrix, with item-bootstrap standard errors and a Bonferroni decision.
+- :func:`correlation` — Spearman / Pearson across designers (designing vs answering ability; broken vs
+  discrimination).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Literal, Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+from benchfill.data import ResponseMatrix
+from benchfill.irt.checks import item_rest_correlations
+
+OUTSIDE_SUITE = ("duplicate", "failed")
+
+
+def _f(x: float | None) -> float | None:
+    """JSON-safe float (NaN -> None)."""
+    return None if x is None or not math.isfinite(float(x)) else float(x)
+
+
+# ----------------------------------------------------------------------------------------------- validity
+
+
+@dataclass(frozen=True)
+class BrokenRate:
+    """``rate`` = 1 - core / suite; ``by_status`` counts every record, including those outside the suite."""
+
+    n_suite: int
+    n_core: int
+    rate: float
+    by_status: dict[str, int]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "rate": _f(self.rate)}
+
+
+def broken_rate(statuses: Iterable[str]) -> BrokenRate:
+    """Non-core rate of one designer's records. ``clean`` is core; duplicates and failed calls are excluded."""
+    counts = Counter(statuses)
+    suite = sum(k for s, k in counts.items() if s not in OUTSIDE_SUITE)
+    core = counts.get("clean", 0)
+    return BrokenRate(suite, core, (1 - core / suite) if suite else float("nan"), dict(sorted(counts.items())))
+
+
+# ----------------------------------------------------------------------------------------------- spec alignment
+
+
+def total_variation(p: Mapping[str, float], q: Mapping[str, float]) -> float:
+    """TVD = 1/2 sum |p - q| over the union of labels (both normalised first); 0 = identical, 1 = disjoint."""
+    sp, sq = sum(p.values()), sum(q.values())
+    if sp <= 0 or sq <= 0:
+        return float("nan")
+    keys = set(p) | set(q)
+    return 0.5 * sum(abs(p.get(k, 0.0) / sp - q.get(k, 0.0) / sq) for k in keys)
+
+
+@dataclass(frozen=True)
+class AxisAlignment:
+    axis: str
+    tvd: float
+    n: int
+    target: dict[str, float]
+    realized: dict[str, float]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "tvd": _f(self.tvd)}
+
+
+def spec_alignment(targets: Mapping[str, Mapping[str, float]], labels: Mapping[str, Sequence[str]]
+                   ) -> dict[str, AxisAlignment]:
+    """Per axis, TVD between the target shares and the shares of the realised labels (off-list labels such as
+    "unknown" or an invented category count fully against the designer)."""
+    out = {}
+    for axis, target in targets.items():
+        seq = list(labels.get(axis, []))
+        counts = Counter(seq)
+        n = len(seq)
+        realized = {k: v / n for k, v in sorted(counts.items())} if n else {}
+        tv = total_variation(target, realized) if n else float("nan")
+        out[axis] = AxisAlignment(axis, tv, n, dict(target), realized)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- difficulty
+
+
+@dataclass(frozen=True)
+class Difficulty:
+    """``mean_b``/``sd_b``/``median_b``: IRT difficulty (logits, joint scale) of the core items;
+    ``error_rate``: 1 - mean correct over all their graded answers; ``level_spearman``: Spearman of the
+    declared level (L1-L5) with b (does the designer know what is hard?)."""
+
+    n_items: int
+    mean_b: float
+    sd_b: float
+    median_b: float
+    error_rate: float
+    level_spearman: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (_f(v) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def difficulty_summary(b: np.ndarray, n_correct: np.ndarray, n_trials: np.ndarray,
+                       levels: Sequence[str] | None = None) -> Difficulty:
+    """b: (I,) difficulties of one designer's core items (NaN: not on the scale, left out); counts (J, I);
+    levels: (I,) declared levels."""
+    b = np.asarray(b, float)
+    keep = np.isfinite(b)  # an item without a single gradable answer has no place on the scale
+    if levels is not None:
+        levels = [lv for lv, k in zip(levels, keep) if k]
+    b = b[keep]
+    total = n_trials.sum()
+    err = 1.0 - n_correct.sum() / total if total else float("nan")
+    rho = float("nan")
+    if levels is not None and len(b) >= 3:
+        lv = np.array([int(s[1]) if isinstance(s, str) and len(s) == 2 and s[0] == "L" and s[1].isdigit() else np.nan
+                       for s in levels], float)
+        rho = correlation(lv, b, "spearman").r
+    if len(b) == 0:
+        return Difficulty(0, float("nan"), float("nan"), float("nan"), err, rho)
+    return Difficulty(len(b), float(b.mean()), float(b.std(ddof=1)) if len(b) > 1 else 0.0, float(np.median(b)),
+                      float(err), rho)
+
+
+# ----------------------------------------------------------------------------------------------- discrimination
+
+
+@dataclass(frozen=True)
+class Discrimination:
+    """``mean``/``median`` over items whose point-biserial is defined; ``mean_all`` counts undefined items (no
+    variance across answerers: everyone right or everyone wrong) as 0; ``n_defined`` of ``n_items``."""
+
+    mean: float
+    median: float
+    mean_all: float
+    n_defined: int
+    n_items: int
+    share_negative: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (_f(v) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def item_discrimination(n_correct: np.ndarray, n_trials: np.ndarray) -> np.ndarray:
+    """(I,) corrected item-rest point-biserial over answerers (NaN where undefined); counts (J, I)."""
+    if n_correct.shape[1] < 2:
+        return np.full(n_correct.shape[1], np.nan)
+    rm = ResponseMatrix([f"a{j}" for j in range(n_correct.shape[0])], [f"i{i}" for i in range(n_correct.shape[1])],
+                        n_correct, n_trials)
+    return item_rest_correlations(rm)
+
+
+def discrimination(n_correct: np.ndarray, n_trials: np.ndarray) -> Discrimination:
+    r = item_discrimination(n_correct, n_trials)
+    ok = np.isfinite(r)
+    n = len(r)
+    if not ok.any():
+        return Discrimination(float("nan"), float("nan"), float("nan"), 0, n, float("nan"))
+    return Discrimination(float(r[ok].mean()), float(np.median(r[ok])), float(np.where(ok, r, 0.0).mean()),
+                          int(ok.sum()), n, float((r[ok] <= 0).mean()))
+
+
+# ----------------------------------------------------------------------------------------------- correlations
+
+
+@dataclass(frozen=True)
+class Correlation:
+    method: str
+    r: float
+    p_value: float
+    n: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "r": _f(self.r), "p_value": _f(self.p_value), "n": self.n}
+
+
+def correlation(x: Sequence[float], y: Sequence[float], method: Literal["spearman", "pearson", "kendall"] = "spearman"
+                ) -> Correlation:
+    """Correlation over the pairs where both are finite; NaN with fewer than 3 pairs or a constant side."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = np.isfinite(x) & np.isfinite(y)
+    n = int(ok.sum())
+    if n < 3 or np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0:
+        return Correlation(method, float("nan"), float("nan"), n)
+    fn = {"spearman": stats.spearmanr, "pearson": stats.pearsonr, "kendall": stats.kendalltau}[method]
+    res = fn(x[ok], y[ok])
+    return Correlation(method, float(res[0]), float(res[1]), n)
+
+
+def kendall_tau(suite_accuracy: Sequence[float], seed_accuracy: Sequence[float]) -> Correlation:
+    """Ranking preservation: Kendall tau-b between answerers' accuracies on a suite and on the seed benchmark
+    (1 = same ranking, -1 = reversed). Needs >= 3 answerers with both figures."""
+    return correlation(suite_accuracy, seed_accuracy, "kendall")
+
+
+def percentile_ranks(values: Sequence[float], higher_is_better: bool = True) -> np.ndarray:
+    """Ranks scaled to [0, 1] (average ranks for ties; NaN stays NaN; one value -> 0.5)."""
+    v = np.asarray(values, float)
+    out = np.full(v.shape, np.nan)
+    ok = np.isfinite(v)
+    if ok.sum() == 1:
+        out[ok] = 0.5
+    elif ok.sum() > 1:
+        r = stats.rankdata(v[ok] if higher_is_better else -v[ok])
+        out[ok] = (r - 1) / (ok.sum() - 1)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- preference
+
+
+def accuracy_matrix(counts: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """(D, J) accuracy of each answerer on each designer's items: sum correct / sum trials (NaN: no trials)."""
+    rows = []
+    for c, t in counts:
+        tot = t.sum(1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rows.append(np.where(tot > 0, c.sum(1) / np.maximum(tot, 1), np.nan))
+    return np.array(rows, float)
+
+
+def did_self(A: np.ndarray, d: int, a: int) -> np.ndarray:
+    """Self-preference of designer ``d`` for its own answerer ``a`` on matrices A (..., D, J):
+    (A[d,a] - mean_{d' != d} A[d',a]) - mean_{a' != a} (A[d,a'] - mean_{d' != d} A[d',a'])."""
+    others_d = [k for k in range(A.shape[-2]) if k != d]
+    others_a = [k for k in range(A.shape[-1]) if k != a]
+    gain = A[..., d, :] - np.nanmean(A[..., others_d, :], axis=-2)  # (..., J): how much easier d's items are
+    return gain[..., a] - np.nanmean(gain[..., others_a], axis=-1)
+
+
+def did_family(A: np.ndarray, d: int, in_group: Sequence[int], out_group: Sequence[int], control: Sequence[int]
+               ) -> np.ndarray:
+    """Family preference of designer ``d``: in-family answerers' gain on d's items (vs the control designers of
+    other families) minus out-of-family answerers' gain; A (..., D, J)."""
+    gain = A[..., d, :] - np.nanmean(A[..., list(control), :], axis=-2)
+    return np.nanmean(gain[..., list(in_group)], axis=-1) - np.nanmean(gain[..., list(out_group)], axis=-1)
+
+
+@dataclass(frozen=True)
+class Preference:
+    """One preference test. ``estimate``: difference in differences (accuracy points as a share, e.g. 0.12);
+    ``se``: item-bootstrap standard error; ``ci_low``/``ci_high``: the normal (1 - alpha) interval;
+    ``p_value``: two-sided normal p; ``detected``: p below alpha / number of tests (Bonferroni)."""
+
+    kind: Literal["self", "family"]
+    designer: str
+    family: str
+    answerers: list[str]
+    controls: list[str]
+    estimate: float
+    se: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    detected: bool
+    n_tests: int = 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (_f(v) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+@dataclass
+class PreferenceInputs:
+    """What the preference tests need: per designer (J, I_d) counts, names and families (from config only)."""
+
+    designers: list[str]
+    answerers: list[str]
+    counts: list[tuple[np.ndarray, np.ndarray]]
+    designer_family: dict[str, str]
+    answerer_family: dict[str, str]
+    self_answerer: dict[str, str | None] = field(default_factory=dict)
+
+
+def bootstrap_matrices(counts: Sequence[tuple[np.ndarray, np.ndarray]], B: int, seed: int) -> np.ndarray:
+    """(B, D, J) accuracy matrices, items resampled with replacement within each designer."""
+    rng = np.random.default_rng(seed)
+    out = np.full((B, len(counts), counts[0][0].shape[0] if counts else 0), np.nan)
+    for d, (c, t) in enumerate(counts):
+        n = c.shape[1]
+        if n == 0:
+            continue
+        idx = rng.integers(0, n, size=(B, n))
+        cs = c[:, idx].sum(-1).T  # (B, J)
+        ts = t[:, idx].sum(-1).T
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[:, d, :] = np.where(ts > 0, cs / np.maximum(ts, 1), np.nan)
+    return out
+
+
+def preference_tests(inp: PreferenceInputs, *, B: int = 1000, alpha: float = 0.05, seed: int = 0) -> list[Preference]:
+    """Self-preference for every designer with its own answerer on the panel, and family preference for every
+    designer with answerers of its family (the self answerer excluded: that is self-preference) and answerers
+    and control designers of other families. Bonferroni over all tests run."""
+    D, J = len(inp.designers), len(inp.answerers)
+    if D < 2 or J < 2:
+        return []
+    with warnings.catch_warnings():
+        # a designer without core items has a NaN row: its tests come out NaN ("not testable"), not a warning
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _preference_tests(inp, B, alpha, seed)
+
+
+def _preference_tests(inp: PreferenceInputs, B: int, alpha: float, seed: int) -> list[Preference]:
+    A = accuracy_matrix(inp.counts)
+    boot = bootstrap_matrices(inp.counts, B, seed)
+    jpos = {a: j for j, a in enumerate(inp.answerers)}
+    raw: list[tuple[str, str, list[str], list[str], float, float]] = []
+    for d, name in enumerate(inp.designers):
+        fam = inp.designer_family[name]
+        own = inp.self_answerer.get(name)
+        if own is not None and own in jpos:
+            a = jpos[own]
+            est = float(did_self(A, d, a))
+            se = float(np.nanstd(did_self(boot, d, a), ddof=1))
+            raw.append(("self", name, [own], [n for k, n in enumerate(inp.designers) if k != d], est, se))
+        in_group = [j for j, a in enumerate(inp.answerers) if inp.answerer_family[a] == fam and a != own]
+        out_group = [j for j, a in enumerate(inp.answerers) if inp.answerer_family[a] != fam and a != own]
+        control = [k for k, other in enumerate(inp.designers) if k != d and inp.designer_family[other] != fam]
+        if in_group and out_group and control:
+            est = float(did_family(A, d, in_group, out_group, control))
+            se = float(np.nanstd(did_family(boot, d, in_group, out_group, control), ddof=1))
+            raw.append(("family", name, [inp.answerers[j] for j in in_group],
+                        [inp.designers[k] for k in control], est, se))
+    m = sum(1 for r in raw if math.isfinite(r[4]) and math.isfinite(r[5]) and r[5] > 0)
+    z_ci = stats.norm.ppf(1 - alpha / 2)
+    out = []
+    for kind, name, who, controls, est, se in raw:
+        if math.isfinite(est) and math.isfinite(se) and se > 0:
+            p = float(2 * stats.norm.sf(abs(est / se)))
+            lo, hi = est - z_ci * se, est + z_ci * se
+            detected = p < alpha / max(m, 1)
+        else:
+            p, lo, hi, detected = float("nan"), float("nan"), float("nan"), False
+        out.append(Preference(kind, name, inp.designer_family[name], who, controls, est, se, lo, hi, p,  # type: ignore[arg-type]
+                              bool(detected), m))
+    return out

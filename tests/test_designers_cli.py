@@ -1,0 +1,170 @@
+"""`benchfill designers card / run` end to end on a tiny simulated config, and bad input -> one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from benchfill.cli import app
+from benchfill.designers.config import designers_config_from_dict, load_designers_config, validate_designers_config
+from benchfill.errors import InputError
+
+runner = CliRunner()
+
+TINY = """
+seed = 1
+[run]
+batch_size = 4
+max_topup_rounds = 1
+bootstrap = 200
+[sim]
+seed = 3
+[sim.abilities]
+alpha = 1.5
+beta = 0.0
+gamma = -1.5
+[sim.designers.alpha]
+broken_rate = 0.1
+family_bonus = 0.5
+[sim.designers.garbage]
+malformed_rate = 1.0
+[judge]
+model = "sim/judge"
+[grader]
+model = "sim/grader"
+[[designers]]
+model = "sim/alpha"
+name = "alpha"
+family = "A"
+[[designers]]
+model = "sim/garbage"
+name = "garbage"
+family = "G"
+[[panel]]
+model = "sim/alpha"
+name = "alpha"
+family = "A"
+strong = true
+[[panel]]
+model = "sim/beta"
+name = "beta"
+family = "A"
+[[panel]]
+model = "sim/gamma"
+name = "gamma"
+family = "C"
+"""
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, examples):
+    folder = tmp_path_factory.mktemp("tiny")
+    lines = (examples / "math500.items.jsonl").read_text().splitlines()
+    (folder / "items.jsonl").write_text("".join(line + "\n" for line in lines[:24]))
+    (folder / "cfg.toml").write_text(TINY)
+    (folder / "q.yaml").write_text("total: 8\nformats: {numeric: 0.5, mcq: 0.25, math: 0.25}\n"
+                                   "difficulty: {L1: 1, L3: 1, L5: 1}\n")
+    return folder
+
+
+def test_card_then_run_then_rerun(tiny):
+    card = tiny / "card.yaml"
+    res = invoke("designers", "card", str(tiny / "items.jsonl"), "--out", str(card))
+    assert res.exit_code == 0, res.output
+    assert card.is_file() and "wrote" in res.output
+    out = tiny / "run"
+    args = ["designers", "run", "--card", str(card), "--quotas", str(tiny / "q.yaml"), "--config",
+            str(tiny / "cfg.toml"), "--out", str(out), "--seed-limit", "6", "--json", str(tiny / "copy.json")]
+    res = invoke(*args)
+    assert res.exit_code == 0, res.output
+    assert "SIMULATED" in res.output and "designer leaderboard" in res.output
+    for name in ("report.json", "matrix.csv", "heatmap.png", "core.jsonl", "suite.jsonl", "answers.jsonl",
+                 "verdicts.jsonl", "plan.json", "seed.json", "seed_responses.csv", "calls.sqlite", "state.json"):
+        assert (out / name).is_file(), name
+    report = json.loads((out / "report.json").read_text())
+    assert json.loads((tiny / "copy.json").read_text()) == report
+    rows = {r["designer"]: r for r in report["designers"]}
+    # a designer whose every reply is not JSON: every slot of every round recorded as broken, no crash
+    g = rows["garbage"]
+    assert g["broken_rate"] == 1.0 and g["n_core"] == 0 and g["n_suite"] == 16  # 8 slots x 2 rounds
+    assert set(g["broken_reasons"]) == {"designer reply unusable"}
+    assert rows["alpha"]["n_core"] > 0 and report["seed"]["n_items"] == 6
+    assert report["plan"]["counts"]["format"] == {"numeric": 4, "mcq": 2, "math": 2}
+    assert report["plan"]["counts"]["difficulty"] == {"L1": 3, "L3": 3, "L5": 2}
+    # the rerun pays nothing and says so
+    res = invoke(*args)
+    assert res.exit_code == 0, res.output
+    assert "calls made 0" in res.output and "stages reused" in res.output
+
+
+def test_bad_inputs_are_one_line_errors(tiny, tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(TINY.replace('family = "G"\n', ""))
+    res = runner.invoke(app, ["designers", "run", "--card", str(tmp_path / "none.yaml"), "--quotas",
+                              str(tiny / "q.yaml"), "--config", str(cfg), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "card file not found" in res.output
+    res = runner.invoke(app, ["designers", "card", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "c.yaml")])
+    assert res.exit_code == 2 and "file not found" in res.output
+
+
+def test_config_rules(examples, tmp_path):
+    base = {"judge": {"model": "sim/judge"}, "sim": {"abilities": {"a": 1, "b": 0}, "designers": {"d": {}}},
+            "designers": [{"model": "sim/d", "family": "D"}],
+            "panel": [{"model": "sim/a", "family": "A"}, {"model": "sim/b", "family": "B"}]}
+    cfg = designers_config_from_dict(base)
+    validate_designers_config(cfg)
+    assert cfg.answerer_of(cfg.designers[0]) is None  # families and identity come from the config only
+    with pytest.raises(InputError, match=r"designers\[0\]\.family: Field required"):
+        designers_config_from_dict({**base, "designers": [{"model": "sim/d"}]})
+    with pytest.raises(InputError, match="not a panel name"):
+        designers_config_from_dict({**base, "designers": [{"model": "sim/d", "family": "D", "answerer": "zz"}]})
+    with pytest.raises(InputError, match="duplicate name"):
+        designers_config_from_dict({**base, "panel": [{"model": "sim/a", "family": "A"}] * 2})
+    with pytest.raises(InputError, match="no \\[sim.designers.e\\]"):
+        validate_designers_config(designers_config_from_dict({**base, "designers": [{"model": "sim/e",
+                                                                                       "family": "E"}]}))
+    with pytest.raises(InputError, match="unknown flaw"):
+        designers_config_from_dict({**base, "sim": {"designers": {"d": {"flaw_mix": {"typo": 1}}}}})
+    bad = tmp_path / "k.toml"
+    bad.write_text('[judge]\nmodel = "openai/gpt-5.4"\napi_key = "sk-123"\n')
+    with pytest.raises(InputError, match="API keys must not be written"):
+        load_designers_config(bad)
+    real = load_designers_config(examples / "designers.toml")
+    assert {d.label: d.family for d in real.designers}["gpt-5-mini"] == "openai"
+    assert [real.answerer_of(d).label for d in real.designers] == [d.label for d in real.designers]
+    sim = load_designers_config(examples / "designers_sim.toml")
+    validate_designers_config(sim)
+    assert sim.simulated
+
+
+def test_failed_calls_are_not_the_designers_fault_and_are_retried(tiny, tmp_path):
+    """A designer whose server is down (connection refused, no retries): its slots are 'failed', outside its
+    suite; the generate stage stays open so a rerun retries; if every designer call fails the run stops."""
+    from benchfill.designers.pipeline import run_designers
+
+    down = ('[[designers]]\nmodel = "hosted_vllm/nobody"\nname = "down"\nfamily = "Z"\n'
+            'api_base = "http://127.0.0.1:9/v1"\nmax_retries = 0\ntimeout = 5\n')
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(TINY.replace('[[designers]]\nmodel = "sim/garbage"\nname = "garbage"\nfamily = "G"\n', down))
+    card = tmp_path / "card.yaml"
+    invoke("designers", "card", str(tiny / "items.jsonl"), "--out", str(card))
+    (tmp_path / "seed.csv").write_text("model,item_id,n_correct,n_trials\nalpha,x,9,10\nbeta,x,5,10\ngamma,x,1,10\n")
+    res = run_designers(card, tiny / "q.yaml", cfg, tmp_path / "out", seed_responses=tmp_path / "seed.csv")
+    rows = {r["designer"]: r for r in res.report["designers"]}
+    assert rows["down"]["by_status"] == {"failed": 16} and rows["down"]["n_suite"] == 0  # 8 slots x 2 rounds
+    assert rows["down"]["broken_rate"] is None and rows["alpha"]["n_core"] > 0
+    assert res.usage["errors"] == 4  # 2 batches of 4 slots x 2 rounds
+    again = run_designers(card, tiny / "q.yaml", cfg, tmp_path / "out", seed_responses=tmp_path / "seed.csv")
+    assert "generate" not in again.skipped_stages and again.usage["errors"] == 4  # retried, failed again
+    assert again.usage["calls_made"] == 4  # only the failed calls: every success came from the cache
+    only_down = tmp_path / "only.toml"
+    only_down.write_text(cfg.read_text().replace('[[designers]]\nmodel = "sim/alpha"\nname = "alpha"\nfamily = "A"\n',
+                                                 ""))
+    with pytest.raises(InputError, match="every designer call failed"):
+        run_designers(card, tiny / "q.yaml", only_down, tmp_path / "out2", seed_responses=tmp_path / "seed.csv")
