@@ -28,8 +28,14 @@ def register_sampler(name: str) -> Callable[[SamplerFn], SamplerFn]:
     return deco
 
 
+def _register_builtin() -> None:
+    """The fast exact sampler registers itself on import (it imports this module, hence the late import)."""
+    import benchfill.irt.fast  # noqa: F401
+
+
 def available_samplers() -> list[str]:
     """Registered samplers whose backend package is importable here."""
+    _register_builtin()
     needs = {"nutpie": "nutpie", "numpyro": "numpyro"}
     return [n for n in SAMPLERS if n not in needs or importlib.util.find_spec(needs[n]) is not None]
 
@@ -38,6 +44,7 @@ def fit_irt(responses: ResponseMatrix, spec: IRTSpec | None = None, settings: Sa
     """Fit an IRT model to a response matrix; returns posterior draws (or a MAP preview)."""
     spec = spec or IRTSpec()
     settings = settings or SamplerSettings()
+    _register_builtin()
     if settings.method not in SAMPLERS:
         raise ValueError(f"unknown sampler {settings.method!r}; choose from {', '.join(sorted(SAMPLERS))}")
     if settings.method not in available_samplers():
