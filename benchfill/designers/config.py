@@ -222,17 +222,9 @@ class DesignersConfig(BaseModel):
 
     def prompt_overrides(self) -> tuple[Path | None, dict[str, Path]]:
         """(override folder, {template: file}) resolved against the config file, as the models layer does."""
-        base = Path(self.source).parent if self.source != "<memory>" else Path.cwd()
-        folder = None
-        files: dict[str, Path] = {}
-        for key, value in self.prompts.items():
-            path = Path(value).expanduser()
-            path = path if path.is_absolute() else base / path
-            if key == "dir":
-                folder = path
-            else:
-                files[key] = path
-        return folder, files
+        from benchfill.models.config import resolve_prompt_overrides
+
+        return resolve_prompt_overrides(self.prompts, self.source)
 
     def prompt_library(self):
         from benchfill.models.prompts import PromptLibrary

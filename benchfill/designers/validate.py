@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from benchfill.data import Item
-from benchfill.models.grading import GradeResult, _gold_letters, normalize_short, parse_number
+from benchfill.models.grading import _gold_letters, normalize_short, parse_number
 
 if TYPE_CHECKING:  # pragma: no cover
     from benchfill.designers.generate import DesignedItem
@@ -97,27 +97,16 @@ async def answer_items(
 ) -> list[Answer]:
     """Every answerer answers every item ``rollouts`` times; each answer is graded objective-first (grades are
     cached in the call cache next to the answer). Returns answers in (answerer, item, rollout) order."""
+    from benchfill.models.evaluate import answer_and_grade
     from benchfill.models.prompts import answer_messages
 
     messages = [answer_messages(it, library) for it in items]
     fingerprints = [grader.fingerprint(it) for it in items]
-    cache = client.cache
     out: dict[tuple[int, int, int], Answer] = {}
 
     async def one(j: int, model: "ModelConfig", i: int, k: int) -> None:
         item = items[i]
-        result = await client.complete(model, messages[i], sample_index=k, role="panel", item=item)
-        if not result.ok:
-            grade = GradeResult("skip", 0.0, "call", None, f"call failed: {result.error}")
-        else:
-            stored = cache.get_grade(result.key, fingerprints[i])
-            if stored is not None:
-                grade = GradeResult(stored["label"], stored["score"] or 0.0, stored["method"], stored["extracted"],
-                                    stored["reason"])
-            else:
-                grade = await grader.grade(item, result.text)
-                if not (grade.label == "skip" and grade.reason and grade.reason.startswith("judge failed")):
-                    cache.put_grade(result.key, fingerprints[i], grade.as_dict())
+        _, grade = await answer_and_grade(client, grader, model, item, messages[i], fingerprints[i], k)
         ans = Answer(item.id, model.label, k, grade.label, grade.extracted, grade.method, grade.reason)
         out[(j, i, k)] = ans
         if on_answer is not None:

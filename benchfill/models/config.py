@@ -219,17 +219,23 @@ class RunConfig(BaseModel):
 
     def prompt_overrides(self) -> tuple[Path | None, dict[str, Path]]:
         """(folder of override templates, {template name: file}) with paths resolved against the config file."""
-        base = Path(self.source).parent if self.source != "<memory>" else Path.cwd()
-        folder = None
-        files: dict[str, Path] = {}
-        for key, value in self.prompts.items():
-            path = Path(value).expanduser()
-            path = path if path.is_absolute() else base / path
-            if key == "dir":
-                folder = path
-            else:
-                files[key] = path
-        return folder, files
+        return resolve_prompt_overrides(self.prompts, self.source)
+
+
+def resolve_prompt_overrides(prompts: dict[str, str], source: str) -> tuple[Path | None, dict[str, Path]]:
+    """A config's ``[prompts]`` table -> (override folder from ``dir``, {template name: file}), relative paths
+    resolved against the config file's folder."""
+    base = Path(source).parent if source != "<memory>" else Path.cwd()
+    folder = None
+    files: dict[str, Path] = {}
+    for key, value in prompts.items():
+        path = Path(value).expanduser()
+        path = path if path.is_absolute() else base / path
+        if key == "dir":
+            folder = path
+        else:
+            files[key] = path
+    return folder, files
 
 
 # ----------------------------------------------------------------------------------------------- loading

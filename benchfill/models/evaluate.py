@@ -88,6 +88,26 @@ def _rollouts(cfg: ModelConfig, override: int | None) -> int:
     return override if override is not None else cfg.rollouts
 
 
+async def answer_and_grade(client: ModelClient, grader: Grader, model: ModelConfig, item: Item,
+                           messages: list[dict[str, str]], fingerprint: str, sample_index: int
+                           ) -> tuple[CallResult, GradeResult]:
+    """One panel answer (rollout ``sample_index``) and its grade; both come from the cache when known.
+
+    A failed call is a ``skip``; a judge failure is not stored, so a rerun asks again (its successful calls are
+    cached anyway)."""
+    result = await client.complete(model, messages, sample_index=sample_index, role="panel", item=item)
+    if not result.ok:
+        return result, GradeResult("skip", 0.0, "call", None, f"call failed: {result.error}")
+    stored = client.cache.get_grade(result.key, fingerprint)
+    if stored is not None:
+        return result, GradeResult(stored["label"], stored["score"] or 0.0, stored["method"], stored["extracted"],
+                                   stored["reason"])
+    grade = await grader.grade(item, result.text)
+    if not (grade.label == "skip" and grade.reason and grade.reason.startswith("judge failed")):
+        client.cache.put_grade(result.key, fingerprint, grade.as_dict())
+    return result, grade
+
+
 async def run_evaluation(
     items: Sequence[Item], config: RunConfig, out_dir: str | Path, *, rollouts: int | None = None,
     progress: Progress | None = None, client: ModelClient | None = None,
@@ -124,19 +144,7 @@ async def run_evaluation(
 
     async def answer_one(model: ModelConfig, i: int, k: int) -> None:
         item = items[i]
-        result = await client.complete(model, messages[i], sample_index=k, role="panel", item=item)
-        if not result.ok:
-            grade = GradeResult("skip", 0.0, "call", None, f"call failed: {result.error}")
-        else:
-            stored = cache.get_grade(result.key, fingerprints[i])
-            if stored is not None:
-                grade = GradeResult(stored["label"], stored["score"] or 0.0, stored["method"], stored["extracted"],
-                                    stored["reason"])
-            else:
-                grade = await grader.grade(item, result.text)
-                # a judge failure is not stored: a rerun asks again (its successful calls are cached anyway)
-                if not (grade.label == "skip" and grade.reason and grade.reason.startswith("judge failed")):
-                    cache.put_grade(result.key, fingerprints[i], grade.as_dict())
+        result, grade = await answer_and_grade(client, grader, model, item, messages[i], fingerprints[i], k)
         cell = counts[(model.label, item.id)]
         if grade.label == "skip":
             skips.append((model.label, item.id, k, grade.method, grade.reason or ""))
