@@ -7,6 +7,7 @@ from typing import Callable, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from benchfill.errors import InputError
 
@@ -24,7 +25,7 @@ def friendly_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except InputError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             err_console.print("interrupted: everything saved so far is kept; rerun the same command to resume")
