@@ -27,7 +27,7 @@ timeout = 30
 [judge]
 model = "openai/gpt-4o"
 api_key_env = "OPENAI_API_KEY"
-api_base = "https://api.openai.com/v1"
+api_base = "https://llm-gateway.internal.test/v1"
 
 [[panel]]
 model = "hosted_vllm/Qwen/QwQ-32B"
@@ -42,7 +42,7 @@ params = { top_k = 20 }
 """))
     assert [p.label for p in cfg.panel] == ["hosted_vllm/Qwen/QwQ-32B", "phi-4"]
     assert cfg.panel[0].api_base == "http://localhost:8000/v1" and cfg.panel[0].timeout == 30
-    assert cfg.judge.api_base == "https://api.openai.com/v1"  # a role's own value beats the default
+    assert cfg.judge.api_base == "https://llm-gateway.internal.test/v1"  # a role's own value beats the default
     assert cfg.panel[0].sampling_params() == {"temperature": 0.6, "top_p": 0.95}
     assert cfg.panel[1].sampling_params() == {"top_k": 20}
     assert cfg.panel[0].is_local()
