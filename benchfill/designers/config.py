@@ -163,19 +163,9 @@ class DesignersConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _apply_defaults(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or "defaults" not in data:
-            return data
-        data = dict(data)
-        defaults = data.pop("defaults") or {}
-        if not isinstance(defaults, dict):
-            raise ValueError("defaults must be a table")
-        for role in ("judge", "grader", "card"):
-            if isinstance(data.get(role), dict):
-                data[role] = {**defaults, **data[role]}
-        for role in ("designers", "panel"):
-            if isinstance(data.get(role), list):
-                data[role] = [{**defaults, **m} if isinstance(m, dict) else m for m in data[role]]
-        return data
+        from benchfill.models.config import apply_role_defaults
+
+        return apply_role_defaults(data, ("judge", "grader", "card"), ("designers", "panel"))
 
     @model_validator(mode="after")
     def _check(self) -> "DesignersConfig":

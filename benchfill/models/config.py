@@ -155,6 +155,27 @@ class SimConfig(BaseModel):
     b_range: tuple[float, float] | None = None
 
 
+def apply_role_defaults(data: Any, roles: tuple[str, ...], role_lists: tuple[str, ...]) -> Any:
+    """Merge a config's ``[defaults]`` table into every role table (a role's own value wins) and drop it."""
+    if not isinstance(data, dict) or "defaults" not in data:
+        return data
+    data = dict(data)
+    defaults = data.pop("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise ValueError("defaults must be a table")
+
+    def merge(role: Any) -> Any:
+        return {**defaults, **role} if isinstance(role, dict) else role
+
+    for role in roles:
+        if role in data:
+            data[role] = merge(data[role])
+    for role in role_lists:
+        if isinstance(data.get(role), list):
+            data[role] = [merge(m) for m in data[role]]
+    return data
+
+
 class RunConfig(BaseModel):
     """A whole run: the four roles, prompt overrides, the simulated world and the search's own section.
 
@@ -177,22 +198,7 @@ class RunConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _apply_defaults(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or "defaults" not in data:
-            return data
-        data = dict(data)
-        defaults = data.pop("defaults") or {}
-        if not isinstance(defaults, dict):
-            raise ValueError("defaults must be a table")
-
-        def merge(role: Any) -> Any:
-            return {**defaults, **role} if isinstance(role, dict) else role
-
-        for role in ("rewriter", "judge", "grader"):
-            if role in data:
-                data[role] = merge(data[role])
-        if isinstance(data.get("panel"), list):
-            data["panel"] = [merge(p) for p in data["panel"]]
-        return data
+        return apply_role_defaults(data, ("rewriter", "judge", "grader"), ("panel",))
 
     @model_validator(mode="after")
     def _unique_panel_names(self) -> "RunConfig":
