@@ -726,6 +726,70 @@ def refined(blocks: tuple[Block, ...], keys: ItemKeys, factor: int) -> list[Bloc
 # ------------------------------------------------------------------------------------------------ the sampler
 
 
+PARALLEL_MAX_BYTES = 256 * 2**20  # b draws returned from a worker process above this size: stay in one process
+
+
+@dataclass(frozen=True)
+class _ChainJob:
+    """Everything a set of chains needs: NUTS on the abilities, then the exact difficulty draws for its draws."""
+
+    model: "MarginalModel"
+    mode: np.ndarray
+    cov: np.ndarray
+    names: list[str]
+    keys: ItemKeys
+    draw_blocks: list[Block]
+
+    def run(self, settings: SamplerSettings, part: int) -> tuple[np.ndarray, np.ndarray, int, int, float]:
+        theta, div, steps = _sample_theta(self.model, self.mode, self.cov, settings, self.names)
+        C, S, J = theta.shape
+        I = self.keys.item_key.shape[0]
+        dtype = np.float32 if C * S * I * 8 > BIG_OUTPUT else np.float64
+        seq = [settings.seed, 0x1F7] if part == 0 else [settings.seed, 0x1F7, part]
+        b, edge = draw_difficulties(self.keys, self.draw_blocks, theta.reshape(C * S, J),
+                                    np.random.default_rng(np.random.SeedSequence(seq)), dtype)
+        return theta, b.reshape(C, S, I), div, steps, edge
+
+
+def _chain_split(settings: SamplerSettings, n_items: int) -> list[SamplerSettings]:
+    """Chains split over the cores (two on this project's machines): the sampler's Python callbacks hold the GIL,
+    so threads do not help, but processes do. Large outputs stay in one process (copying them back costs more)."""
+    from dataclasses import replace
+
+    procs = min(settings.chains, os.cpu_count() or 1, 2)
+    if procs < 2 or settings.chains * settings.draws * n_items * 8 > PARALLEL_MAX_BYTES:
+        return [settings]
+    sizes = [settings.chains // procs + (k < settings.chains % procs) for k in range(procs)]
+    return [replace(settings, chains=c, seed=settings.seed + 7919 * k) for k, c in enumerate(sizes)]
+
+
+_FORKED_JOB: _ChainJob | None = None
+
+
+def _forked_run(args: tuple[SamplerSettings, int]):
+    assert _FORKED_JOB is not None
+    return _FORKED_JOB.run(*args)
+
+
+def _run_parallel(job: _ChainJob, parts: list[SamplerSettings]):
+    """Run each part in a forked process (the job is inherited, not pickled); None if forking is unavailable or
+    fails, and the caller falls back to one process."""
+    import multiprocessing as mp
+
+    global _FORKED_JOB
+    if "fork" not in mp.get_all_start_methods():
+        return None
+    _FORKED_JOB = job
+    try:
+        with mp.get_context("fork").Pool(len(parts)) as pool:
+            return pool.map(_forked_run, [(p, k) for k, p in enumerate(parts)])
+    except Exception as exc:  # pragma: no cover - e.g. a sandbox without fork
+        log.warning("fast IRT: parallel chains failed (%s); sampling in one process", exc)
+        return None
+    finally:
+        _FORKED_JOB = None
+
+
 def check_fast_spec(spec: IRTSpec) -> None:
     if spec.kind != "1pl":
         raise ValueError(f"sampler 'fast' fits the 1PL model only (got kind={spec.kind!r}); use method 'pymc' or 'nutpie'")
@@ -745,14 +809,22 @@ def fit_fast(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings
     keys = reduce_items(responses.n_correct, responses.n_trials, spec.guessing)
     model, mode, cov, pilot = build_marginal(keys)
     t1 = time.perf_counter()
-    theta, div, steps = _sample_theta(model, mode, cov, settings, list(responses.models))
-    t2 = time.perf_counter()
-    C, S, J = theta.shape
     I = len(responses.item_ids)
-    dtype = np.float32 if C * S * I * 8 > BIG_OUTPUT else np.float64
-    rng = np.random.default_rng(np.random.SeedSequence([settings.seed, 0x1F7]))
     draw_blocks = refined(model.blocks, keys, DRAW_REFINE)
-    b, edge = draw_difficulties(keys, draw_blocks, theta.reshape(C * S, J), rng, dtype)
+    job = _ChainJob(model, mode, cov, list(responses.models), keys, draw_blocks)
+    import nutpie  # noqa: F401  (imported once here, so forked workers inherit it instead of each importing it)
+
+    parts = _chain_split(settings, I)
+    results = _run_parallel(job, parts) if len(parts) > 1 else None
+    if results is None:  # one process: all chains, then all difficulty draws
+        results = [job.run(settings, 0)]
+        parts = [settings]
+    theta = np.concatenate([r[0] for r in results], axis=0)
+    C, S = theta.shape[:2]
+    b = np.concatenate([r[1] for r in results], axis=0)
+    div = sum(r[2] for r in results)
+    steps = sum(r[3] for r in results)
+    edge = max(r[4] for r in results)
     t3 = time.perf_counter()
     if edge > -20.0:
         log.warning("fast IRT: a quadrature window edge holds exp(%.1f) of its peak density; results may be "
@@ -762,7 +834,7 @@ def fit_fast(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings
         theta=theta, b=b.reshape(C, S, I), divergences=div,
         extra={"fast": {
             "keys": keys.n_keys, "blocks": len(model.blocks), "window_nodes": model.n_nodes,
-            "grad_evals": steps, "edge_log_ratio": edge, "setup_s": t1 - t0, "nuts_s": t2 - t1,
-            "draws_s": t3 - t2, "b_dtype": np.dtype(dtype).name, **pilot,
+            "grad_evals": steps, "edge_log_ratio": edge, "setup_s": t1 - t0, "nuts_and_draws_s": t3 - t1,
+            "processes": len(parts), "b_dtype": np.dtype(b.dtype).name, **pilot,
         }},
     )
