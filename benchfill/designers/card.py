@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from benchfill.data import Item
-from benchfill.errors import InputError
+from benchfill.errors import InputError, from_validation_error
 
 if TYPE_CHECKING:  # pragma: no cover
     from benchfill.models.client import ModelClient
@@ -180,9 +180,7 @@ def load_card(path: str | Path) -> DomainCard:
     try:
         return DomainCard.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err.get("loc", ())) or "<card>"
-        raise InputError(str(path), f"{loc}: {str(err.get('msg', 'invalid')).removeprefix('Value error, ')}") from None
+        raise from_validation_error(str(path), exc, top="<card>") from None
 
 
 # ----------------------------------------------------------------------------------------------- text helpers

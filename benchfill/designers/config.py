@@ -25,8 +25,8 @@ from typing import Any, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from benchfill.errors import InputError
-from benchfill.models.config import ModelConfig, SimConfig, _loc, _read_mapping, _reject_inline_keys, validate_model
+from benchfill.errors import InputError, from_validation_error
+from benchfill.models.config import ModelConfig, SimConfig, _read_mapping, _reject_inline_keys, validate_model
 
 FLAWS = ("missing_answer", "bad_options", "gold_not_in_options", "gold_incorrect", "ambiguous", "not_well_posed")
 
@@ -230,11 +230,7 @@ def designers_config_from_dict(data: dict[str, Any], source: str = "<memory>") -
     try:
         return DesignersConfig.model_validate({**data, "source": source})
     except ValidationError as exc:
-        err = exc.errors()[0]
-        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown field"
-        raise InputError(source, f"{_loc(tuple(err.get('loc', ())))}: {msg}") from None
+        raise from_validation_error(source, exc) from None
 
 
 def load_designers_config(path: str | Path) -> DesignersConfig:

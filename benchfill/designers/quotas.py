@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from benchfill.errors import InputError
+from benchfill.errors import InputError, from_validation_error
 
 AXES = ("category", "format", "difficulty", "intent")
 LEVELS = ("L1", "L2", "L3", "L4", "L5")
@@ -79,12 +79,7 @@ def load_quotas(path: str | Path) -> QuotaSpec:
     try:
         return QuotaSpec.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err.get("loc", ())) or "<top level>"
-        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown field"
-        raise InputError(str(path), f"{loc}: {msg}") from None
+        raise from_validation_error(str(path), exc) from None
 
 
 # ----------------------------------------------------------------------------------------------- apportionment

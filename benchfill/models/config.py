@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from benchfill.errors import InputError
+from benchfill.errors import InputError, from_validation_error
 
 Role = Literal["rewriter", "judge", "panel", "grader"]
 ROLES: tuple[Role, ...] = ("rewriter", "judge", "panel", "grader")
@@ -247,16 +247,6 @@ def resolve_prompt_overrides(prompts: dict[str, str], source: str) -> tuple[Path
 # ----------------------------------------------------------------------------------------------- loading
 
 
-def _loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "<top level>"
-
-
 def _read_mapping(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -317,11 +307,7 @@ def config_from_dict(data: dict[str, Any], source: str = "<memory>") -> RunConfi
     try:
         return RunConfig.model_validate({**data, "source": source})
     except ValidationError as exc:
-        err = exc.errors()[0]
-        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown field"
-        raise InputError(source, f"{_loc(tuple(err.get('loc', ())))}: {msg}") from None
+        raise from_validation_error(source, exc) from None
 
 
 # ----------------------------------------------------------------------------------------------- validation
