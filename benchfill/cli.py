@@ -27,7 +27,7 @@ def _root() -> None:
 
 # ---- diagnose / suite / calibrate ------------------------------------------------------------------------
 
-SAMPLER_HELP = "IRT inference: fast (exact marginal NUTS, default when installed), pymc (reference NUTS), nutpie, numpyro, map (quick preview)"
+SAMPLER_HELP = "IRT inference: fast (exact: quadrature + independence MH on the abilities; default), pymc (reference NUTS), nutpie, numpyro, map (quick preview)"
 
 
 def _panel(responses_path: Path, items_path: Path | None, models: int | None, models_file: Path | None):

@@ -128,17 +128,16 @@ def _mixture_moments(keys: fast.ItemKeys, blocks: list[fast.Block], draws: np.nd
     mean = np.empty(keys.n_keys)
     sd = np.empty(keys.n_keys)
     edge = -np.inf
-    S, J = draws.shape
+    S = draws.shape[0]
     for blk in blocks:
         Kb, G = len(blk.keys), blk.width
         nodes = np.broadcast_to(blk.nodes, (Kb, G))
         ref = nodes.mean(1)  # (Kb,) window centres at the anchor
         rel = nodes - ref[:, None]
-        step = max(1, fast.ELEMENT_BUDGET // max(Kb * G, J * len(blk.grid)))
         m1 = np.zeros(Kb)
         m2 = np.zeros(Kb)
-        for s0 in range(0, S, step):
-            ell, shift = fast.block_log_density(draws[s0 : s0 + step], blk)  # (B, Kb, G), (B,)
+        for part in blk.batches(S):
+            ell, shift = fast.block_log_density(draws[part], blk)  # (B, Kb, G), (B,)
             peak = ell.max(-1, keepdims=True)
             edge = max(edge, float(np.max(np.maximum(ell[..., 0], ell[..., -1]) - peak[..., 0])))
             p = np.exp(ell - peak)
