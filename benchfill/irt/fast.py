@@ -640,7 +640,7 @@ class Proposal:
         """log q (n,) up to a constant (which cancels in importance weights and acceptance ratios).
 
         Written out (numpy only) rather than scipy.stats.multivariate_t: importing scipy.stats costs ~0.3 s, a
-        sixth of a whole 12 x 1,000 fit."""
+        third of a whole 12 x 1,000 fit."""
         r = np.linalg.solve(np.linalg.cholesky(self.shape), (thetas - self.loc).T)
         return -0.5 * (self.df + len(self.loc)) * np.log1p(np.einsum("jn,jn->n", r, r) / self.df)
 
