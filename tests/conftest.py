@@ -1,4 +1,5 @@
-"""Shared test fixtures: paths to the bundled example and to ../shared/data (skipped with a reason if absent)."""
+"""Shared test fixtures: paths to the bundled example and to ../shared/data (skipped with a reason if absent), a
+seeded generator, and a local OpenAI-protocol stub server."""
 
 from __future__ import annotations
 
@@ -30,3 +31,13 @@ def shared_data() -> Path:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(12345)
+
+
+@pytest.fixture
+def stub():
+    """A local OpenAI-protocol server on 127.0.0.1 with the default responder (tests/openai_stub.py)."""
+    from openai_stub import start_stub
+
+    server = start_stub()
+    yield server
+    server.stop()

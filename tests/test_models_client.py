@@ -19,13 +19,6 @@ SECRET = "sk-test-SECRET-4f2a9c"
 MSG = [{"role": "user", "content": "What is 1 + 1?"}]
 
 
-@pytest.fixture
-def stub():
-    server = start_stub()
-    yield server
-    server.stop()
-
-
 @pytest.fixture(autouse=True)
 def _key(monkeypatch):
     monkeypatch.setenv("BENCHFILL_TEST_KEY", SECRET)

@@ -14,19 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-from openai_stub import start_stub
 
 from benchfill.models.evaluate import evaluate
 
 SECRET = "sk-test-SECRET-evaluate-77"
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def stub():
-    server = start_stub()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(autouse=True)
