@@ -139,7 +139,7 @@ def _mixture_moments(keys: fast.ItemKeys, blocks: list[fast.Block], draws: np.nd
         for part in blk.batches(S):
             ell, shift = fast.block_log_density(draws[part], blk)  # (B, Kb, G), (B,)
             peak = ell.max(-1, keepdims=True)
-            edge = max(edge, float(np.max(np.maximum(ell[..., 0], ell[..., -1]) - peak[..., 0])))
+            edge = max(edge, fast.edge_log_ratio(ell, peak[..., 0]))
             p = np.exp(ell - peak)
             p /= p.sum(-1, keepdims=True)  # trapezoid weights of each draw's normalised conditional
             e1 = np.einsum("bkg,kg->bk", p, rel)  # E[b - ref - shift] under each draw
