@@ -224,6 +224,8 @@ def _target(spec: str):
 
 # ---- fill / trace / review / export ----------------------------------------------------------------------
 
+CALLS_FAILED_EXIT = 3  # calls failed for infrastructure reasons: nothing was recorded as an outcome; rerun
+
 
 @app.command()
 @friendly_errors
@@ -428,10 +430,16 @@ def evaluate(
     from benchfill.models.evaluate import evaluate as run_evaluate
     from benchfill.models.progress import live_progress, print_summary, simulated_banner
 
+    from benchfill.models.client import CallsFailed
+
     if load_config(config).simulated:
         simulated_banner(console)
-    with live_progress(console, enabled=progress and console.is_terminal) as state:
-        result = run_evaluate(items, config, out, limit=limit, rollouts=rollouts, progress=state)
+    try:
+        with live_progress(console, enabled=progress and console.is_terminal) as state:
+            result = run_evaluate(items, config, out, limit=limit, rollouts=rollouts, progress=state)
+    except CallsFailed as exc:  # an outage is not an outcome: nothing counted, exit 3, a rerun retries them
+        err_console.print(f"benchfill: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(CALLS_FAILED_EXIT) from None
     print_summary(console, result)
 
 

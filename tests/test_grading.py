@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from benchfill.data import Item
-from benchfill.models.grading import Grader, extract_choice, grade, last_boxed, parse_number
+from benchfill.models.grading import Grader, extract_choice, grade, is_form_failure, last_boxed, parse_number
 
 ABCD = ["red", "green", "blue", "yellow"]
 
@@ -39,7 +39,7 @@ CASES = [
     (mcq("B"), "B and D", "incorrect", "B,D"),
     (mcq("C"), "the answer is c", "correct", "C"),
     (mcq("C"), "After checking each option, the answer is c.", "correct", "C"),
-    (mcq("A"), "The answer is a prime number, so I cannot decide.", "skip", None),
+    (mcq("A"), "The answer is a prime number, so I cannot decide.", "incorrect", None),  # no option: wrong
     (mcq("B"), "The correct answer is **B**.", "correct", "B"),
     (mcq("D"), "Thus $\\boxed{D}$", "correct", "D"),
     (mcq("D"), "Thus $\\boxed{\\text{(D)}}$", "correct", "D"),
@@ -51,11 +51,13 @@ CASES = [
     (mcq("2"), "Answer: C", "correct", "C"),  # gold as a 0-based index
     (mcq("A"), "I think the answer is (A).", "correct", "A"),
     (mcq("A"), "<think>maybe B? no.</think>\nFinal answer: A", "correct", "A"),
-    (mcq("A"), "<think>it could be B", "skip", None),
-    (mcq("A"), "", "skip", None),
-    (mcq("A"), "I do not know.", "skip", None),
+    (mcq("A"), "<think>it could be B", "incorrect", None),  # unfinished reasoning: the model's fault
+    (mcq("A"), "", "incorrect", None),
+    (mcq("A"), "I do not know.", "incorrect", None),
     (mcq("E", ["a", "b", "c", "d", "e"]), "Answer: E", "correct", "E"),
-    (mcq("A"), "Answer: E", "skip", None),  # E is not an option of a 4-choice item
+    (mcq("A"), "Answer: E", "incorrect", None),  # E is not an option of a 4-choice item: wrong form
+    (mcq("A", ["a", "b"]), "Answer: A", "correct", "A"),
+    (Item(id="q", question="Pick.", answer="Z", choices=ABCD, format="mcq"), "Answer: A", "skip", None),  # bad gold
     (mcq("C"), "Final answer: C. (Earlier I said the answer is B.)", "correct", "C"),
     # ---- numeric
     (num("1000"), "So the total is \\boxed{1,000}.", "correct", "1,000"),
@@ -65,15 +67,20 @@ CASES = [
     (num("-0.75"), "we get $\\boxed{-\\dfrac{3}{4}}$", "correct", None),
     (num("50"), "The answer is 50%.", "correct", "50%"),
     (num("0.5"), "The answer is 50%.", "correct", "50%"),
-    (num("3.14159"), "\\boxed{3.1416}", "correct", None),  # within 1e-4 relative
+    (num("3.14159"), "\\boxed{3.141592}", "correct", None),  # within 1e-6 relative
+    (num("3.14159"), "\\boxed{3.1416}", "incorrect", None),  # 3e-6 relative: outside 1e-6
     (num("3.14159"), "\\boxed{3.15}", "incorrect", None),
-    (num("0"), "\\boxed{0.0000001}", "correct", None),  # absolute floor 1e-6
+    (num("0"), "\\boxed{0.0000001}", "incorrect", None),  # an integer gold matches only itself
+    (num("13535"), "\\boxed{13536}", "incorrect", "13536"),  # the classic wrong answer (1e-4 tolerance took it)
+    (num("13535"), "\\boxed{13,535}", "correct", None),
+    (num("13535"), "\\boxed{13535.0}", "correct", None),
+    (num("0.001"), "\\boxed{0.0010000000001}", "correct", None),
     (num("0"), "\\boxed{0.001}", "incorrect", None),
     (num("12"), "Each side is 12 cm long, so the perimeter... wait. The answer is 12 cm.", "correct", "12 cm"),
     (num("2500"), "\\boxed{2.5 \\times 10^{3}}", "correct", None),
     (num("7"), "First 3, then 5, finally 7", "correct", "7"),  # last number when nothing else
-    (num("7"), "I cannot solve this.", "skip", None),
-    (num("1.41421"), "\\boxed{\\sqrt{2}}", "correct", None),  # symbolic fallback
+    (num("7"), "I cannot solve this.", "incorrect", None),  # no extractable answer: wrong, reason logged
+    (num("1.414214"), "\\boxed{\\sqrt{2}}", "correct", None),  # symbolic fallback
     # ---- math
     (mth("\\frac{1}{2}"), "\\boxed{0.5}", "correct", "0.5"),
     (mth("\\frac{1}{2}"), "\\boxed{\\dfrac{1}{2}}", "correct", None),
@@ -88,7 +95,8 @@ CASES = [
     (mth("\\frac{14}{3}"), "The final answer is $\\frac{14}{3}$.", "correct", None),
     (mth("5"), "<think>\\boxed{4}</think> The answer is \\boxed{5}", "correct", "5"),
     (mth("x=3"), "\\boxed{3}", "correct", None),
-    (mth("\\frac{1}{2}"), "no idea, sorry; I tried several approaches but none of them worked out here", "skip", None),
+    (mth("\\frac{1}{2}"), "no idea, sorry; I tried several approaches but none of them worked out here", "incorrect",
+     None),
     # ---- short
     (short("Paris"), "Answer: paris.", "correct", "paris"),
     (short("The Beatles"), "Answer: beatles", "correct", None),
@@ -96,7 +104,8 @@ CASES = [
     (short("Paris"), "Answer: Lyon", "incorrect", "Lyon"),
     (short("NYC", aliases=["New York City"]), "Answer: New York City", "correct", None),
     (short("Paris"), "Paris", "correct", "Paris"),
-    (short("Paris"), "This is a long answer that rambles on and never commits to anything at all, sorry.", "skip", None),
+    (short("Paris"), "This is a long answer that rambles on and never commits to anything at all, sorry.", "incorrect",
+     None),
     (short("Paris"), None, "skip", None),
 ]
 
@@ -109,6 +118,18 @@ def test_grade_table(item: Item, response: str | None, label: str, extracted: st
         assert result.extracted == extracted, (response, result)
     if label == "skip":
         assert result.reason
+    if label == "incorrect" and result.extracted is None:
+        assert is_form_failure(result) and result.reason  # counted wrong, with the reason logged
+
+
+def test_cut_by_the_token_limit_is_wrong_even_with_a_right_answer() -> None:
+    r = grade(num("7"), "\\boxed{7} and then", finish_reason="length")
+    assert r.label == "incorrect" and "finish_reason length" in r.reason and is_form_failure(r)
+    assert grade(num("7"), "\\boxed{7}", finish_reason="stop").label == "correct"
+
+
+def test_no_response_is_not_a_trial() -> None:
+    assert grade(num("7"), None).label == "skip"
 
 
 def test_table_is_large() -> None:

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from benchfill.models.client import CallsFailed
 from benchfill.models.evaluate import evaluate
+from openai_stub import default_responder
 
 SECRET = "sk-test-SECRET-evaluate-77"
 REPO = Path(__file__).resolve().parents[1]
@@ -65,24 +67,23 @@ def test_evaluate_counts_skips_and_rerun_from_cache(stub, tmp_path):
     assert stub.calls == 2 * 8 * 3
     rows = read_rows(out / "responses.csv")
     assert list(rows[0]) == ["model", "item_id", "n_correct", "n_trials"]
-    # every item x rollout is accounted for exactly once: counted as a trial or reported as skipped
+    # every item x rollout is a trial: the stub's refusals (no final answer) count, as wrong (SPEC section 6)
     skipped = read_rows(out / "skipped.csv")
-    assert sum(int(r["n_trials"]) for r in rows) + len(skipped) == 2 * 8 * 3
+    assert sum(int(r["n_trials"]) for r in rows) == 2 * 8 * 3 and not skipped
     assert len({(r["model"], r["item_id"]) for r in rows}) == len(rows)
     assert all(0 <= int(r["n_correct"]) <= int(r["n_trials"]) <= 3 for r in rows)
-    assert skipped and all(s["reason"] == "no final answer found" for s in skipped)  # the stub's refusals
-    assert result.counted + len(skipped) == result.answers
+    refusals = sum("boxed" not in default_responder(b) for b in stub.bodies)
+    assert refusals > 0 and result.counted == result.answers
+    assert sum(n for v in result.wrong_form.values() for n in v.values()) == refusals
+    assert all(set(v) == {"no final answer found"} for v in result.wrong_form.values())
     # the counts agree with the stub's own (deterministic) answers, graded independently here
-    from openai_stub import default_responder
-
     expect: dict[tuple[str, str], list[int]] = {}
     for body in stub.bodies:
         text = default_responder(body)
         item = int(body["messages"][-1]["content"].split("problem number ")[1].split(".")[0])
         cell = expect.setdefault((body["model"], f"q{item}"), [0, 0])
-        if "boxed" in text:
-            cell[1] += 1
-            cell[0] += text.endswith(f"\\boxed{{{item % 3}}}.")
+        cell[1] += 1
+        cell[0] += text.endswith(f"\\boxed{{{item % 3}}}.")
     got = {(r["model"], r["item_id"]): [int(r["n_correct"]), int(r["n_trials"])] for r in rows}
     assert got == {k: v for k, v in expect.items() if v[1] > 0}
     summary = json.loads((out / "summary.json").read_text())
@@ -117,16 +118,20 @@ def test_limit_and_rollouts_override(stub, tmp_path):
     assert stub.calls == 2 * 3 * 2 and result.n_items == 3 and result.rollouts == {"alpha": 2, "beta": 2}
 
 
-def test_failed_calls_are_skipped_and_reported_then_retried_on_rerun(stub, tmp_path):
+def test_failed_calls_stop_the_run_and_are_retried_on_rerun(stub, tmp_path):
     items = make_items(tmp_path / "items.jsonl", 2)
     config = make_config(tmp_path / "run.toml", stub, retries=0, rollouts=1, models=("alpha",))
     stub.script[:] = ["500"]
-    result = evaluate(items, config, tmp_path / "run")
-    assert result.call_errors == 1 and "call failed" in json.dumps(result.skipped)
+    with pytest.raises(CallsFailed, match=r"^1 call failed \(server errors\); rerun"):
+        evaluate(items, config, tmp_path / "run")
+    assert not (tmp_path / "run" / "responses.csv").exists()  # counts with a hole are no result
     skipped = read_rows(tmp_path / "run" / "skipped.csv")
     assert any(s["method"] == "call" for s in skipped)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["complete"] is False and summary["failed_calls"] == 1
     again = evaluate(items, config, tmp_path / "run")  # the failed call was not cached: asked again
-    assert again.call_errors == 0 and again.calls_made == 1
+    assert again.call_errors == 0 and again.calls_made == 1 and again.complete
+    assert (tmp_path / "run" / "responses.csv").exists()
 
 
 def _cli(args: list[str], **kw) -> subprocess.Popen:

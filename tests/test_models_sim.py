@@ -115,10 +115,11 @@ def test_judge_invalid_share():
     assert abs(share - 0.3) < 0.04 and all("SIMULATED" in v["reason"] for v in verdicts)
 
 
-def test_format_failures_are_skips():
+def test_format_failures_count_as_wrong():
     w = world(format_failure_rate=1.0)
     text = w.respond("sim/strong", answer_messages(ITEMS[0]), key="k", role="panel", item=ITEMS[0])
-    assert grade(ITEMS[0], text).label == "skip"
+    result = grade(ITEMS[0], text)
+    assert result.label == "incorrect" and "no final answer" in result.reason  # SPEC 6: the model's fault
 
 
 def test_sim_through_the_client_is_cached(tmp_path):

@@ -103,6 +103,7 @@ class CachedCall:
     cost: float
     latency_s: float
     simulated: bool
+    finish_reason: str | None = None
 
 
 class CallCache:
@@ -138,6 +139,8 @@ class CallCache:
                 },
                 pk="key", if_not_exists=True,
             )
+            if "finish_reason" not in self.db["calls"].columns_dict:  # files written before the column existed
+                self._conn.execute("ALTER TABLE calls ADD COLUMN finish_reason TEXT")
             self.db["call_log"].create(
                 {
                     "id": int, "key": str, "model": str, "role": str, "sample_index": int, "attempt": int,
@@ -163,18 +166,19 @@ class CallCache:
         """The cached successful answer for ``key``, or None."""
         with self._lock:
             row = self._conn.execute(
-                "SELECT key, model, text, tokens_in, tokens_out, cost, latency_s, simulated FROM calls WHERE key = ?",
+                "SELECT key, model, text, tokens_in, tokens_out, cost, latency_s, simulated, finish_reason FROM calls "
+                "WHERE key = ?",
                 (key,),
             ).fetchone()
         if row is None:
             return None
         return CachedCall(row[0], row[1], row[2] or "", row[3] or 0, row[4] or 0, row[5] or 0.0, row[6] or 0.0,
-                          bool(row[7]))
+                          bool(row[7]), row[8])
 
     def put(
         self, key: str, *, model: str, role: str, sample_index: int, messages: Sequence[Mapping[str, Any]],
         params: Mapping[str, Any], text: str, tokens_in: int, tokens_out: int, cost: float, latency_s: float,
-        attempts: int, simulated: bool,
+        attempts: int, simulated: bool, finish_reason: str | None = None,
     ) -> None:
         """Store one successful call (cache row + prompt + an ``ok`` log row), committed before returning."""
         phash = prompt_hash(messages)
@@ -189,10 +193,10 @@ class CallCache:
                 )
                 self._conn.execute(
                     "INSERT OR REPLACE INTO calls (key, model, role, sample_index, prompt_hash, params, text, "
-                    "tokens_in, tokens_out, cost, latency_s, attempts, simulated, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "tokens_in, tokens_out, cost, latency_s, attempts, simulated, created_at, finish_reason) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (key, model, role, sample_index, phash, safe_params, text, tokens_in, tokens_out, cost,
-                     latency_s, attempts, int(simulated), ts),
+                     latency_s, attempts, int(simulated), ts, finish_reason),
                 )
                 self._conn.execute(
                     "INSERT INTO call_log (key, model, role, sample_index, attempt, outcome, error, tokens_in, "

@@ -78,6 +78,9 @@ class CallResult:
         error: why the call failed after retries ("RateLimitError: ..."), or why structured output was rejected.
         key: the cache key. attempts: attempts made (0 for a cache hit).
         parsed: the validated object, for :meth:`ModelClient.complete_json`.
+        finish_reason: the provider's ``finish_reason`` (``"length"``: cut by the token limit).
+        failed: the call itself failed (infrastructure: unreachable, timeouts, 5xx, malformed replies after every
+            retry) — not an outcome of the search; a rerun retries it. False for a rejected structured reply.
     """
 
     text: str | None
@@ -94,6 +97,8 @@ class CallResult:
     attempts: int = 0
     simulated: bool = False
     parsed: Any = None
+    finish_reason: str | None = None
+    failed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -138,10 +143,15 @@ class ClientStats:
 # ----------------------------------------------------------------------------------------------- errors
 
 
+class MalformedReply(Exception):
+    """A 2xx reply that carries no answer: no choices, a choice without a message, or null content where the model
+    did not refuse. Retried like a 5xx (a proxy or server hiccup), never stored."""
+
+
 def is_retryable(exc: BaseException) -> bool:
-    """429, timeouts, 5xx and connection problems are worth another try; bad requests, auth, unknown models and
-    context-window overflows are not."""
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
+    """429, timeouts, 5xx, connection problems and malformed replies are worth another try; bad requests, auth,
+    unknown models and context-window overflows are not."""
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError, MalformedReply)):
         return True
     litellm = import_litellm()
     final = tuple(
@@ -165,6 +175,40 @@ def is_retryable(exc: BaseException) -> bool:
         # a generic API error: a 5xx, or a 2xx whose body was not JSON (a proxy hiccup) -> retry; a 4xx -> final
         return status is None or not (400 <= int(status) < 500) or int(status) in (408, 409, 425, 429)
     return False
+
+
+def failure_kind(error: str | None) -> str:
+    """A failed call's error line -> what went wrong, in words (for the one-line stop message)."""
+    e = error or ""
+    head = e.split(":")[0]
+    if "MalformedReply" in head:
+        return "malformed provider replies"
+    if "RateLimit" in head or " 429" in e:
+        return "rate limited"
+    if "Timeout" in head or "TimeoutError" in head:
+        return "timed out"
+    if "Connection" in head or "connect" in e.lower() or "unreachable" in e.lower():
+        return "server unreachable"
+    if any(k in head for k in ("InternalServerError", "ServiceUnavailable", "BadGateway", "APIError")):
+        return "server errors"
+    if any(k in head for k in ("Authentication", "PermissionDenied")):
+        return "authentication failed"
+    return head or "call failed"
+
+
+class CallsFailed(RuntimeError):
+    """Calls failed for reasons that are not the model's answer (server down, timeouts, 5xx after every retry).
+    Their absence is never recorded as an outcome: the command stops with this one line and a rerun retries them
+    (every successful call is already in the cache)."""
+
+    def __init__(self, errors: Sequence[str | None], hint: str = "rerun with --resume") -> None:
+        from collections import Counter
+
+        self.n = len(errors)
+        kinds = Counter(failure_kind(e) for e in errors)
+        self.kind = ", ".join(k for k, _ in kinds.most_common(2))
+        self.first = next((e for e in errors if e), None)
+        super().__init__(f"{self.n} call{'s' if self.n != 1 else ''} failed ({self.kind}); {hint}")
 
 
 def _retry_after(exc: BaseException | None) -> float | None:
@@ -372,7 +416,7 @@ class ModelClient:
                 self._fresh.discard(key)
             return self._emit(CallResult(
                 hit.text, hit.tokens_in, hit.tokens_out, hit.cost, hit.latency_s, not fresh, None, key, cfg.model,
-                role, sample_index, int(fresh), hit.simulated,
+                role, sample_index, int(fresh), hit.simulated, finish_reason=hit.finish_reason,
             ))
         pending = self._inflight.get(key)
         if pending is not None:  # the same call is already on its way: share it, never pay twice
@@ -404,7 +448,7 @@ class ModelClient:
                 return CallResult(None, error="vLLM produced no output", key=key, model=cfg.model, role=role)
             self._fresh.discard(key)
             return CallResult(hit.text, hit.tokens_in, hit.tokens_out, 0.0, hit.latency_s, False, None, key,
-                              cfg.model, role, sample_index, 1)
+                              cfg.model, role, sample_index, 1, finish_reason=hit.finish_reason)
         return await self._call_litellm(spec, messages, params, key, sample_index, role)
 
     def _call_sim(self, cfg: ModelConfig, messages: list[dict[str, Any]], params: dict[str, Any], key: str,
@@ -457,21 +501,24 @@ class ModelClient:
                         t_attempt = time.perf_counter()
                         async with asyncio.timeout(backstop):
                             response = await spec.call(messages, send)
-                        text = _response_text(response)
+                        text, finish = _response_text(response)
             except Exception as exc:  # recorded and returned, never dropped
                 error = _describe(exc, spec.secrets)
                 latency = time.perf_counter() - t0
                 log(key, model=cfg.model, role=role, sample_index=sample_index, attempt=attempts, outcome="error",
                     error=error, latency_s=latency)
-                return CallResult(None, 0, 0, 0.0, latency, False, error, key, cfg.model, role, sample_index, attempts)
-        latency = time.perf_counter() - t0
-        tokens_in, tokens_out = _usage(response)
-        cost = _cost(response)
-        self.cache.put(key, model=cfg.model, role=role, sample_index=sample_index, messages=messages, params=params,
-                       text=text, tokens_in=tokens_in, tokens_out=tokens_out, cost=cost, latency_s=latency,
-                       attempts=attempts, simulated=False)
+                return CallResult(None, 0, 0, 0.0, latency, False, error, key, cfg.model, role, sample_index, attempts,
+                                  failed=True)
+            # the raw reply is committed at once, before the slot is released and before anyone parses or grades
+            # it: a kill loses at most the calls in flight (max_concurrency per model)
+            latency = time.perf_counter() - t0
+            tokens_in, tokens_out = _usage(response)
+            cost = _cost(response)
+            self.cache.put(key, model=cfg.model, role=role, sample_index=sample_index, messages=messages,
+                           params=params, text=text, tokens_in=tokens_in, tokens_out=tokens_out, cost=cost,
+                           latency_s=latency, attempts=attempts, simulated=False, finish_reason=finish)
         return CallResult(text, tokens_in, tokens_out, cost, latency, False, None, key, cfg.model, role, sample_index,
-                          attempts)
+                          attempts, finish_reason=finish)
 
     async def complete_json(self, cfg: ModelConfig, messages: Messages, validator: Any = None, *,
                             sample_index: int = 0, role: str = "judge", max_reasks: int = 2,
@@ -571,15 +618,33 @@ class ModelClient:
 # ----------------------------------------------------------------------------------------------- responses
 
 
-def _response_text(response: Any) -> str:
-    """The reply text; a reasoning model's separate reasoning is kept in front as <think>...</think>."""
-    choice = response.choices[0]
+def _response_text(response: Any) -> tuple[str, str | None]:
+    """(reply text, finish_reason); a reasoning model's separate reasoning is kept in front as
+    <think>...</think>, a refusal is the text. Raises :class:`MalformedReply` (retried) when the reply carries no
+    answer: no choices, no message, or null content with no refusal, reasoning or tool call."""
+    choices = getattr(response, "choices", None)
+    if not choices:
+        raise MalformedReply("provider reply has no choices")
+    choice = choices[0]
     message = getattr(choice, "message", None)
-    content = getattr(message, "content", None) or ""
+    if message is None:
+        raise MalformedReply("provider reply has a choice without a message")
+    finish = getattr(choice, "finish_reason", None)
+    finish = str(finish) if finish is not None else None
+    content = getattr(message, "content", None)
     reasoning = getattr(message, "reasoning_content", None)
+    if content is None:
+        refusal = getattr(message, "refusal", None)
+        if refusal:
+            return str(refusal), finish
+        if getattr(message, "tool_calls", None):
+            return "", finish
+        if not reasoning and finish != "length":
+            raise MalformedReply("provider reply has null content (and no refusal)")
+        content = ""
     if reasoning:
-        return f"<think>{reasoning}</think>{content}"
-    return content
+        return f"<think>{reasoning}</think>{content}", finish
+    return str(content), finish
 
 
 def _usage(response: Any) -> tuple[int, int]:

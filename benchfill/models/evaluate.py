@@ -3,11 +3,18 @@ are written in the long response format that ``benchfill diagnose`` reads.
 
 Outputs in the run folder:
 
-- ``responses.csv``: ``model,item_id,n_correct,n_trials`` (one row per model x item with a gradable answer;
-  ungradable answers are not trials);
+- ``responses.csv``: ``model,item_id,n_correct,n_trials`` (one row per model x item with a counted answer; an
+  answer with no extractable final answer, in the wrong form or cut by the token limit counts, as wrong; only
+  failed calls and items that cannot be graded are not trials). Not written while any call failed;
 - ``calls.sqlite``: the call cache and per-call log (:mod:`benchfill.models.cache`) plus every grade;
 - ``skipped.csv``: each ungradable or failed answer with its reason;
-- ``summary.json``: counts, tokens, cost, per-model accuracy, and ``"simulated": true`` when any sim model played.
+- ``summary.json``: counts, tokens, cost, per-model accuracy, per model the answers counted wrong for their form
+  (``wrong_form``, with reasons) and the skipped ones (``skipped``), ``complete`` (false while calls failed), and
+  ``"simulated": true`` when any sim model played.
+
+Calls that failed for infrastructure reasons (server down, timeouts, 5xx after every retry) are never an outcome:
+:func:`evaluate` raises :class:`~benchfill.models.client.CallsFailed` ("37 calls failed (server unreachable); ...")
+after writing the summary, and a rerun retries exactly those calls.
 
 A rerun of the same command is served from the cache (no model call) and writes identical files; an interrupted
 run resumes where it stopped, because each finished call was committed when it returned.
@@ -27,9 +34,9 @@ from benchfill.data import Item, load_items
 from benchfill.errors import InputError
 from benchfill.io import atomic_write_json, atomic_write_text
 from benchfill.models.cache import CallCache
-from benchfill.models.client import CallResult, ClientStats, ModelClient
+from benchfill.models.client import CallResult, CallsFailed, ClientStats, ModelClient
 from benchfill.models.config import ModelConfig, RunConfig, load_config, validate_config
-from benchfill.models.grading import GradeResult, Grader
+from benchfill.models.grading import FORM_PREFIX, GradeResult, Grader, is_form_failure
 from benchfill.models.prompts import PromptLibrary, answer_messages
 
 RESPONSES = "responses.csv"
@@ -75,9 +82,14 @@ class EvaluationResult:
     accuracy: dict[str, float | None]
     items_without_gradable_answer: list[str] = field(default_factory=list)
     first_errors: list[str] = field(default_factory=list)
+    wrong_form: dict[str, dict[str, int]] = field(default_factory=dict)
+    failed_calls: int = 0
+    complete: bool = True
+    failure_errors: list[str] = field(default_factory=list, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        data.pop("failure_errors", None)
         if self.simulated:
             data = {"label": "SIMULATED: answers come from the offline simulated world, not from real models",
                     **data}
@@ -94,7 +106,7 @@ async def answer_and_grade(client: ModelClient, grader: Grader, model: ModelConf
     """One panel answer (rollout ``sample_index``) and its grade; both come from the cache when known.
 
     A failed call is a ``skip``; a judge failure is not stored, so a rerun asks again (its successful calls are
-    cached anyway)."""
+    cached anyway). The answer is graded from the stored reply, after it was committed."""
     result = await client.complete(model, messages, sample_index=sample_index, role="panel", item=item)
     if not result.ok:
         return result, GradeResult("skip", 0.0, "call", None, f"call failed: {result.error}")
@@ -102,7 +114,7 @@ async def answer_and_grade(client: ModelClient, grader: Grader, model: ModelConf
     if stored is not None:
         return result, GradeResult(stored["label"], stored["score"] or 0.0, stored["method"], stored["extracted"],
                                    stored["reason"])
-    grade = await grader.grade(item, result.text)
+    grade = await grader.grade(item, result.text, result.finish_reason)
     if not (grade.label == "skip" and grade.reason and grade.reason.startswith("judge failed")):
         client.cache.put_grade(result.key, fingerprint, grade.as_dict())
     return result, grade
@@ -140,6 +152,8 @@ async def run_evaluation(
 
     counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     skips: list[tuple[str, str, int, str, str]] = []
+    wrong_form: dict[str, Counter[str]] = defaultdict(Counter)
+    failures: list[str] = []
     pending_per_item = [sum(n_roll.values()) for _ in items]
 
     async def answer_one(model: ModelConfig, i: int, k: int) -> None:
@@ -148,7 +162,11 @@ async def run_evaluation(
         cell = counts[(model.label, item.id)]
         if grade.label == "skip":
             skips.append((model.label, item.id, k, grade.method, grade.reason or ""))
+            if grade.method == "call" or (grade.reason or "").startswith("judge failed"):
+                failures.append(result.error if not result.ok else (grade.reason or "judge failed"))
         else:
+            if is_form_failure(grade):
+                wrong_form[model.label][(grade.reason or "").removeprefix(FORM_PREFIX)] += 1
             cell[1] += 1
             cell[0] += grade.label == "correct"
         progress.answers_done += 1
@@ -184,12 +202,14 @@ async def run_evaluation(
     finally:
         if own_client:
             await client.aclose()
-    return _write_outputs(out, items, config, n_roll, counts, skips, client)
+    return _write_outputs(out, items, config, n_roll, counts, skips, client, wrong_form, failures)
 
 
 def _write_outputs(out: Path, items: Sequence[Item], config: RunConfig, n_roll: dict[str, int],
                    counts: dict[tuple[str, str], list[int]], skips: list[tuple[str, str, int, str, str]],
-                   client: ModelClient) -> EvaluationResult:
+                   client: ModelClient, wrong_form: dict[str, Counter[str]] | None = None,
+                   failures: list[str] | None = None) -> EvaluationResult:
+    failures = failures or []
     labels = [m.label for m in config.panel]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
@@ -209,7 +229,11 @@ def _write_outputs(out: Path, items: Sequence[Item], config: RunConfig, n_roll: 
         accuracy[label] = round(c_sum / t_sum, 6) if t_sum else None
         correct_total += c_sum
         counted_total += t_sum
-    responses = atomic_write_text(out / RESPONSES, buf.getvalue())
+    responses = out / RESPONSES
+    if failures:  # counts with holes where calls failed are no result: never leave them where diagnose reads
+        responses.unlink(missing_ok=True)
+    else:
+        atomic_write_text(responses, buf.getvalue())
 
     order = {item.id: n for n, item in enumerate(items)}
     skips.sort(key=lambda s: (labels.index(s[0]), order[s[1]], s[2]))
@@ -232,6 +256,8 @@ def _write_outputs(out: Path, items: Sequence[Item], config: RunConfig, n_roll: 
         retries=stats.retries, tokens_in=stats.tokens_in, tokens_out=stats.tokens_out, cost=round(stats.cost, 6),
         accuracy=accuracy, items_without_gradable_answer=[it.id for it in items if it.id not in attempted],
         first_errors=list(stats.first_errors),
+        wrong_form={k: dict(sorted(v.items())) for k, v in sorted((wrong_form or {}).items()) if v},
+        failed_calls=len(failures), complete=not failures, failure_errors=list(failures),
     )
     summary = result.to_json()
     # run-specific counters (calls made now vs cached) change between a run and its rerun; they go in the
@@ -255,4 +281,7 @@ def evaluate(items_path: str | Path, config_path: str | Path, out_dir: str | Pat
     if config.grader is not None and any(item.resolved_format == "open" for item in items):
         validate_config(config, need=("grader",))  # the judge of open answers is called: it must be callable
     PromptLibrary.from_config(config)  # template overrides exist and parse, before any call
-    return asyncio.run(run_evaluation(items, config, out_dir, rollouts=rollouts, progress=progress))
+    result = asyncio.run(run_evaluation(items, config, out_dir, rollouts=rollouts, progress=progress))
+    if result.failed_calls:
+        raise CallsFailed(result.failure_errors, "rerun the same command to retry them (answers received are kept)")
+    return result

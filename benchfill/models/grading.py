@@ -2,16 +2,21 @@
 
 - ``mcq``: option letter(s), exact / set match. The parser reads "Answer: C" as C (never the A of "Answer"),
   "(B)" as B, "B and D" as {B, D}, "the answer is c" as C, an option's text as its letter.
-- ``numeric``: |x - gold| <= max(1e-6, 1e-4 |gold|); "1,000" = 1000, "1/2" = 0.5, "50%" = 50 or 0.5,
-  ``\\frac{1}{2}`` = 0.5.
+- ``numeric``: an integer gold matches only the same integer (13536 is wrong for 13535); any other gold matches
+  within max(1e-9, 1e-6 |gold|); "1,000" = 1000, "1/2" = 0.5, "50%" = 50 or 0.5, ``\\frac{1}{2}`` = 0.5.
 - ``math``: the last ``\\boxed{}`` (else "the answer is ...", else the last inline math); equal when the normalised
   strings match, or the numbers agree, or math-verify (then sympy) finds them symbolically equal.
 - ``short``: normalised exact match (case, punctuation, articles, whitespace), also against
   ``metadata['aliases']``.
 - ``open``: an LLM judge (the ``grader`` role) with a rubric, returning JSON {label, score}.
 
-Whatever cannot be graded — an empty response, no extractable answer, unfinished reasoning, a judge failure — is
-``skip``: never counted as wrong, and not counted as a trial.
+Who is at fault decides what an answer counts as (SPEC section 6):
+
+- the model's fault — an empty reply, no extractable final answer, an answer in the wrong form (an option letter
+  that is not an option), unfinished reasoning, or a reply cut by the token limit (``finish_reason == "length"``):
+  ``incorrect``, a counted trial, with the reason in ``reason`` (``reason_kind`` = ``"form"``);
+- not the model's fault — no reply at all (the call failed), a gold that cannot be graded objectively with no judge
+  configured, a judge call that failed: ``skip``, not a trial (listed in skipped.csv).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from benchfill.models.prompts import PromptLibrary
 
 Label = Literal["correct", "incorrect", "skip"]
-GRADER_VERSION = "1"  # bump when a rule changes: stored grades keyed by an older version are recomputed
+GRADER_VERSION = "2"  # bump when a rule changes: stored grades keyed by an older version are recomputed
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,19 @@ def _skip(method: str, reason: str, extracted: str | None = None) -> GradeResult
 
 def _verdict(ok: bool, method: str, extracted: str | None, reason: str | None = None) -> GradeResult:
     return GradeResult("correct" if ok else "incorrect", 1.0 if ok else 0.0, method, extracted, reason)
+
+
+FORM_PREFIX = "counted wrong: "  # the reason of every answer that is wrong by the model's fault, not its content
+
+
+def _wrong(method: str, reason: str, extracted: str | None = None) -> GradeResult:
+    """The model's fault (no extractable answer, wrong form, cut off): a counted trial, wrong, reason logged."""
+    return GradeResult("incorrect", 0.0, method, extracted, FORM_PREFIX + reason)
+
+
+def is_form_failure(result: GradeResult) -> bool:
+    """Whether an ``incorrect`` verdict is the model's failure to answer in form (rather than a wrong answer)."""
+    return result.label == "incorrect" and (result.reason or "").startswith(FORM_PREFIX)
 
 
 # ----------------------------------------------------------------------------------------------- response text
@@ -208,8 +226,11 @@ def parse_number(text: str | None) -> tuple[float, bool] | None:
 
 
 def numbers_close(gold: float, value: float) -> bool:
-    """The numeric tolerance of SPEC section 6: max(1e-6, 1e-4 |gold|)."""
-    return abs(value - gold) <= max(1e-6, 1e-4 * abs(gold))
+    """SPEC section 6: an integer gold matches only the same integer (13536 is wrong for 13535); any other gold
+    matches within max(1e-9, 1e-6 |gold|)."""
+    if float(gold).is_integer():
+        return float(value) == float(gold)
+    return abs(value - gold) <= max(1e-9, 1e-6 * abs(gold))
 
 
 def numeric_equal(gold: str, pred: str) -> bool | None:
@@ -310,7 +331,7 @@ def math_equal(gold: str, pred: str) -> bool:
 def _grade_math(item: Item, response: str | None, method: str) -> GradeResult:
     text, why = final_text(response)
     if text is None:
-        return _skip(method, why or "empty response")
+        return _wrong(method, why or "empty response")
     extracted = extract_final_answer(text)
     if extracted is None and method == "numeric":
         numbers = re.findall(_NUM + r"|[+-]?\d+/\d+", text)
@@ -321,7 +342,7 @@ def _grade_math(item: Item, response: str | None, method: str) -> GradeResult:
         if len(stripped) <= 40 and "\n" not in stripped and len(words) <= 1:
             extracted = stripped  # a bare answer ("3/4", "x = 2", "\sqrt{2}")
     if extracted is None or not extracted.strip():
-        return _skip(method, "no final answer found")
+        return _wrong(method, "no final answer found")
     if method == "numeric":
         same = numeric_equal(item.answer, extracted)
         if same is None:  # a closed form for a numeric gold: compare its value with the same tolerance
@@ -447,13 +468,13 @@ def extract_choice(response: str | None, n_choices: int | None, choices: list[st
 def _grade_mcq(item: Item, response: str | None) -> GradeResult:
     text, why = final_text(response)
     if text is None:
-        return _skip("mcq", why or "empty response")
+        return _wrong("mcq", why or "empty response")
     gold = _gold_letters(item)
     if gold is None:
         return _skip("mcq", f"gold answer {item.answer!r} is not an option letter or option text")
     found = extract_choice(text, len(item.choices) if item.choices else None, item.choices)
     if found is None:
-        return _skip("mcq", "no option letter found")
+        return _wrong("mcq", "no option letter found (or one that is not an option)")
     return _verdict(found == gold, "mcq", ",".join(sorted(found)))
 
 
@@ -475,18 +496,18 @@ def normalize_short(text: str) -> str:
 def _grade_short(item: Item, response: str | None) -> GradeResult:
     text, why = final_text(response)
     if text is None:
-        return _skip("short", why or "empty response")
+        return _wrong("short", why or "empty response")
     extracted = last_boxed(text) or answer_phrase(text)
     if extracted is None:
         stripped = text.strip().rstrip(".")
         if len(stripped.split()) <= 8 and "\n" not in stripped:
             extracted = stripped
     if extracted is None:
-        return _skip("short", "no final answer found (expected 'Answer: ...')")
+        return _wrong("short", "no final answer found (expected 'Answer: ...')")
     golds = [item.answer] + [str(a) for a in item.metadata.get("aliases", []) or []]
     norm = normalize_short(extracted)
     if not norm:
-        return _skip("short", "empty final answer", extracted)
+        return _wrong("short", "empty final answer", extracted)
     for gold in golds:
         if normalize_short(gold) == norm:
             return _verdict(True, "short", extracted)
@@ -499,9 +520,14 @@ def _grade_short(item: Item, response: str | None) -> GradeResult:
 # ----------------------------------------------------------------------------------------------- entry points
 
 
-def grade(item: Item, response: str | None) -> GradeResult:
-    """Grade one response objectively by the item's format. ``open`` items need a judge: use :func:`agrade`
-    (here they are ``skip``)."""
+def grade(item: Item, response: str | None, finish_reason: str | None = None) -> GradeResult:
+    """Grade one response objectively by the item's format. ``open`` items need a judge: use :class:`Grader`
+    (here they are ``skip``). ``response`` None means no reply (the call failed): ``skip``. A reply cut by the
+    token limit (``finish_reason == "length"``) is wrong, whatever it holds."""
+    if response is None:
+        return _skip(item.resolved_format if item.resolved_format != "open" else "judge", "no response")
+    if finish_reason == "length":
+        return _wrong(item.resolved_format, "ran out of tokens (finish_reason length)")
     fmt = item.resolved_format
     if fmt == "mcq":
         return _grade_mcq(item, response)
@@ -511,7 +537,7 @@ def grade(item: Item, response: str | None) -> GradeResult:
         return _grade_short(item, response)
     text, why = final_text(response)
     if text is None:
-        return _skip("judge", why or "empty response")
+        return _wrong("judge", why or "empty response")
     return _skip("judge", "open answer needs a grader model (none configured)")
 
 
@@ -559,14 +585,14 @@ class Grader:
                            item.question if judge else None], ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
-    async def grade(self, item: Item, response: str | None) -> GradeResult:
+    async def grade(self, item: Item, response: str | None, finish_reason: str | None = None) -> GradeResult:
         """Grade one response; an open item's verdict comes from the judge (its failures -> ``skip``). The judge
         call is keyed by the response text, so the same answer in two rollouts is judged once."""
-        if item.resolved_format != "open":
-            return grade(item, response)
+        if item.resolved_format != "open" or response is None or finish_reason == "length":
+            return grade(item, response, finish_reason)
         text, why = final_text(response)
         if text is None:
-            return _skip("judge", why or "empty response")
+            return _wrong("judge", why or "empty response")
         if self.client is None or self.judge is None:
             return _skip("judge", "open answer needs a grader model (none configured)")
         from benchfill.models.prompts import grade_judge_messages

@@ -91,7 +91,7 @@ class SimWorld:
         noise: SD of a child's b around that point.
         scatter: SD of a child's b around the parent without a target (the budget-matched baseline).
         invalid_rate: share of children the simulated judge marks invalid.
-        format_failure_rate: share of panel answers with no extractable answer (exercises ``skip``).
+        format_failure_rate: share of panel answers with no extractable answer (graded wrong, reason logged).
         b_range: (min b, max b) that maps the 0-10 difficulty scale to b; default: the range of ``difficulties``.
     """
 
