@@ -69,7 +69,7 @@ def test_plan_marginals_are_exact_and_every_designer_gets_the_same_slots():
         assert Counter(s.value(axis) for s in plan.slots) == Counter(
             {k: v for k, v in plan.counts[axis].items() if v}), axis
     assert plan.counts["category"] == {"Algebra": 14, "Geometry": 9}  # 13.8 / 9.2
-    assert plan.counts["intent"] == {"standard": 18, "adversarial": 5}  # 18.4 / 4.6 -> 18 / 5
+    assert plan.counts["intent"] == {"standard": 17, "adversarial": 6}  # BenchBench's 75/25: 17.25 / 5.75
     # sub-domains spread by the card's counts (14 Algebra slots: 4/6 and 2/6 -> 9.33 / 4.67 -> 9 / 5)
     assert Counter(s.subdomain for s in plan.slots if s.category == "Algebra") == {"linear": 9, "general": 5}
     assert all(s.subdomain is None for s in plan.slots if s.category == "Geometry")
@@ -114,3 +114,27 @@ def test_load_quotas_file_and_errors(tmp_path, examples):
         load_quotas(bad)
     with pytest.raises(InputError, match="not found"):
         load_quotas(tmp_path / "missing.yaml")
+
+
+def test_benchbench_defaults_and_shares_not_summing_to_one_warn():
+    from benchfill.designers.quotas import quota_warnings
+
+    spec = QuotaSpec(total=100)
+    card = _card()
+    t = axis_targets(spec, card)
+    assert t["difficulty"] == pytest.approx({"L1": 0.15, "L2": 0.25, "L3": 0.30, "L4": 0.20, "L5": 0.10})
+    assert t["intent"] == pytest.approx({"standard": 0.75, "adversarial": 0.25})
+    plan = make_plan(t, 100, card=card)
+    assert plan.counts["difficulty"] == {"L1": 15, "L2": 25, "L3": 30, "L4": 20, "L5": 10}
+    assert plan.counts["intent"] == {"standard": 75, "adversarial": 25}
+    assert quota_warnings(spec) == []
+    odd = QuotaSpec(total=10, super_categories={"Algebra": 2, "Geometry": 2})
+    (line,) = quota_warnings(odd, "q.yaml")
+    assert line.startswith("q.yaml: super_categories: shares sum to 4, not 1") and "Algebra 0.500" in line
+    assert axis_targets(odd, card)["category"] == {"Algebra": 0.5, "Geometry": 0.5}
+
+
+def test_unknown_super_category_names_the_known_ones():
+    with pytest.raises(InputError, match=r"unknown category 'Algebar'; did you mean 'Algebra'\? "
+                                         r"\(the card's categories: Algebra, Geometry\)"):
+        axis_targets(QuotaSpec(total=10, super_categories={"Algebar": 1}), _card())

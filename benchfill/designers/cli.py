@@ -78,13 +78,19 @@ def run_cmd(
     """Every designer writes a quota-controlled suite; every answerer answers every item; checks and the judge
     build the core set; the leaderboard, report.json, matrix.csv and heatmap.png go to the run folder."""
     from benchfill.designers.pipeline import SIM_NOTE, run_designers
-    from benchfill.designers.report import across_table, leaderboard_table, preference_table
+    from benchfill.designers.report import across_table, calibration_table, leaderboard_table, preference_table
     from benchfill.io import atomic_write_json
 
     if irt is not None and irt not in ("map", "fast", "pymc", "nutpie"):
         raise InputError("--irt", f"{irt!r}: choose map, fast, pymc or nutpie")
     if seed_limit is not None and seed_limit < 1:
         raise InputError("--seed-limit", f"{seed_limit}: must be at least 1")
+    from rich.markup import escape
+
+    from benchfill.designers.quotas import load_quotas, quota_warnings
+
+    for line in quota_warnings(load_quotas(quotas), str(quotas)):
+        console.print(f"[yellow]warning: {escape(line)}[/]", highlight=False)
     with console.status("designer evaluation ...") as status:
         result = run_designers(card, quotas, config, out, seed_responses=seed_responses, seed_items=seed_items,
                                seed_limit=seed_limit, irt=irt, log=lambda m: status.update(m))
@@ -93,6 +99,7 @@ def run_cmd(
         console.print(f"[bold yellow]{SIM_NOTE}[/]")
     console.print(leaderboard_table(report))
     console.print(preference_table(report))
+    console.print(calibration_table(report))
     console.print(across_table(report))
     if report.get("seed") is None:
         console.print("[yellow]no seed-benchmark accuracies: ranking preservation (tau) not computed[/]")

@@ -355,3 +355,175 @@ def _preference_tests(inp: PreferenceInputs, B: int, alpha: float, seed: int) ->
         out.append(Preference(kind, name, inp.designer_family[name], who, controls, est, se, lo, hi, p,  # type: ignore[arg-type]
                               bool(detected), m))
     return out
+
+
+# ----------------------------------------------------------------------------------------------- logit scale
+
+
+@dataclass
+class JointInputs:
+    """Everything the joint item-level fit needs, per designer: (J, I_d) counts, declared levels (1-5 or None) and
+    guessing c (I_d,); optionally the seed benchmark's items as one more group (``seed``)."""
+
+    designers: list[str]
+    answerers: list[str]
+    counts: list[tuple[np.ndarray, np.ndarray]]
+    levels: list[list[float | None]]
+    guessing: list[np.ndarray]
+    designer_family: dict[str, str]
+    answerer_family: dict[str, str]
+    self_answerer: dict[str, str | None] = field(default_factory=dict)
+    seed_counts: tuple[np.ndarray, np.ndarray] | None = None
+    seed_levels: list[float | None] | None = None
+    seed_guessing: np.ndarray | None = None
+
+
+def interaction_masks(inp: JointInputs) -> tuple[dict[str, np.ndarray], list[tuple[str, str, list[str]]]]:
+    """The (J, I) 0/1 designs of the preference interactions, and (kind, designer, answerers) per term.
+
+    family:<d> = every answerer of d's family (its own model included) on d's items, when the family has an answerer
+    other than d's own; self:<d> = d's own answerer on d's items, on top of its family's effect (where there is no
+    family term it is the whole own-model effect)."""
+    J = len(inp.answerers)
+    sizes = [c.shape[1] for c, _ in inp.counts] + ([inp.seed_counts[0].shape[1]] if inp.seed_counts else [])
+    offsets = np.r_[0, np.cumsum(sizes)]
+    total = int(offsets[-1])
+    masks: dict[str, np.ndarray] = {}
+    terms: list[tuple[str, str, list[str]]] = []
+    for d, name in enumerate(inp.designers):
+        lo, hi = offsets[d], offsets[d + 1]
+        if hi == lo:
+            continue
+        fam = inp.designer_family[name]
+        own = inp.self_answerer.get(name)
+        in_fam = [j for j, a in enumerate(inp.answerers) if inp.answerer_family.get(a) == fam]
+        others = [j for j in in_fam if inp.answerers[j] != own]
+        if others and len(in_fam) < J:
+            m = np.zeros((J, total))
+            m[in_fam, lo:hi] = 1.0
+            masks[f"family:{name}"] = m
+            terms.append(("family", name, [inp.answerers[j] for j in in_fam]))
+        if own is not None and own in inp.answerers:
+            m = np.zeros((J, total))
+            m[inp.answerers.index(own), lo:hi] = 1.0
+            masks[f"self:{name}"] = m
+            terms.append(("self", name, [own]))
+    return masks, terms
+
+
+def joint_fit(inp: JointInputs, *, with_interactions: bool = True):
+    """The joint item-level fit (:func:`benchfill.designers.joint.fit_joint`) of every designer's core items (and
+    the seed items) with designer-level difficulty, calibration slope and the preference interactions."""
+    from benchfill.designers.joint import fit_joint
+
+    cs = [c for c, _ in inp.counts]
+    ts = [t for _, t in inp.counts]
+    groups = [name for name, (c, _) in zip(inp.designers, inp.counts) for _ in range(c.shape[1])]
+    levels = [lv for lvs in inp.levels for lv in lvs]
+    guess = list(inp.guessing)
+    if inp.seed_counts is not None and inp.seed_counts[0].shape[1]:
+        cs.append(inp.seed_counts[0])
+        ts.append(inp.seed_counts[1])
+        k = inp.seed_counts[0].shape[1]
+        groups += ["seed"] * k
+        levels += list(inp.seed_levels) if inp.seed_levels is not None else [None] * k
+        guess.append(inp.seed_guessing if inp.seed_guessing is not None else np.zeros(k))
+    c = np.concatenate(cs, axis=1)
+    t = np.concatenate(ts, axis=1)
+    masks, _ = interaction_masks(inp) if with_interactions else ({}, [])
+    return fit_joint(c, t, groups, levels=levels, guessing=np.concatenate(guess) if guess else None,
+                     interactions=masks, answerers=inp.answerers)
+
+
+def preference_tests_logit(inp: JointInputs, fit: Any, *, alpha: float = 0.05) -> list[Preference]:
+    """Self / family preference on the logit scale from the joint fit: Wald z of each interaction (Laplace /
+    observed-information SE), Bonferroni over all tests. ``estimate`` is in logits; ``controls`` lists the other
+    designers (the interaction is relative to the out-of-family answerers on the same items, adjusted for every
+    answerer's ability and every item's difficulty)."""
+    _, terms = interaction_masks(inp)
+    m = sum(1 for kind, name, _ in terms if math.isfinite(fit.gamma_se.get(f"{kind}:{name}", float("nan")))
+            and fit.gamma_se[f"{kind}:{name}"] > 0)
+    z_ci = stats.norm.ppf(1 - alpha / 2)
+    out = []
+    for kind, name, who in terms:
+        est, se = fit.gamma[f"{kind}:{name}"], fit.gamma_se[f"{kind}:{name}"]
+        if math.isfinite(est) and math.isfinite(se) and se > 0:
+            p = float(2 * stats.norm.sf(abs(est / se)))
+            lo, hi, det = est - z_ci * se, est + z_ci * se, p < alpha / max(m, 1)
+        else:
+            p, lo, hi, det = float("nan"), float("nan"), float("nan"), False
+        out.append(Preference(kind, name, inp.designer_family[name], who,  # type: ignore[arg-type]
+                              [o for o in inp.designers if o != name], float(est), float(se), float(lo), float(hi),
+                              p, bool(det), m))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- calibration
+
+
+def _level_num(s: Any) -> float | None:
+    if isinstance(s, str) and len(s) == 2 and s[0] == "L" and s[1] in "12345":
+        return float(s[1])
+    if isinstance(s, (int, float)) and 1 <= s <= 5:
+        return float(s)
+    return None
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Does the requested level L1-L5 predict the realised difficulty? ``spearman`` of declared level vs item b;
+    ``slope`` (logits per level, from the joint fit's designer-level regression, with ``slope_se``);
+    ``by_level``: {level: {n, mean_b, seed_mean_b, shift}}; ``mean_shift``: the mean over levels of (designer's
+    mean b - the seed benchmark's mean b at that level); ``error``: the mean absolute shift (logits; None without a
+    seed reference per level)."""
+
+    spearman: float
+    slope: float | None
+    slope_se: float | None
+    by_level: dict[str, dict[str, Any]]
+    mean_shift: float | None
+    error: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"spearman": _f(self.spearman), "slope": _f(self.slope), "slope_se": _f(self.slope_se),
+                "by_level": self.by_level, "mean_shift": _f(self.mean_shift), "error": _f(self.error)}
+
+
+def calibration(b: np.ndarray, levels: Sequence[Any], seed_by_level: Mapping[str, float] | None = None, *,
+                slope: float | None = None, slope_se: float | None = None) -> Calibration:
+    """b (I,) on the joint scale, levels (I,) declared ("L1".."L5"); seed_by_level: the seed items' mean b per
+    level on the same scale."""
+    b = np.asarray(b, float)
+    lv = np.array([np.nan if _level_num(s) is None else _level_num(s) for s in levels], float)
+    rho = correlation(lv, b, "spearman").r
+    by, shifts = {}, []
+    for L in range(1, 6):
+        sel = (lv == L) & np.isfinite(b)
+        if not sel.any():
+            continue
+        key = f"L{L}"
+        mb = float(b[sel].mean())
+        ref = seed_by_level.get(key) if seed_by_level else None
+        shift = mb - ref if ref is not None else None
+        if shift is not None:
+            shifts.append(shift)
+        by[key] = {"n": int(sel.sum()), "mean_b": mb, "seed_mean_b": _f(ref), "shift": _f(shift)}
+    return Calibration(rho, slope, slope_se, by, float(np.mean(shifts)) if shifts else None,
+                       float(np.mean(np.abs(shifts))) if shifts else None)
+
+
+# ----------------------------------------------------------------------------------------------- bootstrap
+
+
+def bootstrap_interval(n: int, stat, *, B: int = 1000, seed: int = 0, alpha: float = 0.05
+                       ) -> tuple[float | None, float | None]:
+    """Percentile (1 - alpha) interval of ``stat(idx)`` over B resamples of range(n) with replacement (seeded);
+    (None, None) when n < 2 or every replicate is undefined."""
+    if n < 2:
+        return None, None
+    rng = np.random.default_rng(seed)
+    vals = np.array([stat(rng.integers(0, n, n)) for _ in range(B)], float)
+    vals = vals[np.isfinite(vals)]
+    if len(vals) < max(10, B // 10):
+        return None, None
+    return float(np.quantile(vals, alpha / 2)), float(np.quantile(vals, 1 - alpha / 2))

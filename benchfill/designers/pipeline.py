@@ -40,7 +40,7 @@ from benchfill.errors import InputError
 from benchfill.io import atomic_write_json, atomic_write_text
 
 CALLS_DB = "calls.sqlite"
-REPORT_VERSION = 2  # bump when build_report changes what it computes: a rerun then recomputes the report
+REPORT_VERSION = 3  # bump when build_report changes what it computes: a rerun then recomputes the report
 SIM_NOTE = "SIMULATED: designers, answerers and judge are the offline simulated world, not real models"
 Log = Callable[[str], None]
 
@@ -250,7 +250,7 @@ async def _run(card: DomainCard, card_path: Path, quotas: QuotaSpec, targets: di
         else:
             log(f"report: IRT ({method}) on the joint core set, metrics, heatmap")
             result_report = build_report(cfg, card, plan, records, answers, verdicts, strong, seed, method, out,
-                                         gen_stats)
+                                         gen_stats, card_path=card_path)
             store.done("report", fp_rep, ["report.json", "matrix.csv", "heatmap.png", "core.jsonl"])
     finally:
         stats = client.stats
@@ -370,10 +370,101 @@ def _irt_difficulties(cfg: DesignersConfig, core: Sequence[DesignedItem], c: np.
     return b, info
 
 
+def _seed_matrix(out: Path, seed: Mapping[str, Any] | None, card: DomainCard, card_path: Path,
+                 answerers: Sequence[str], limit: int = 3000
+                 ) -> tuple[tuple[np.ndarray, np.ndarray], list[float | None], np.ndarray] | None:
+    """The seed benchmark's (J, I) counts for the panel, the items' levels (1-5 or None) and guessing c, to put the
+    seed items on the joint scale (the per-level reference of calibration). None when unavailable."""
+    from benchfill.designers.card import _level_of
+
+    if seed is None:
+        return None
+    path = out / "seed_responses.csv" if (out / "seed_responses.csv").is_file() else (
+        Path(seed["source"]) if seed.get("kind") == "responses file" else None)
+    if path is None or not path.is_file():
+        return None
+    try:
+        matrix = load_responses(path, min_models=1)
+    except InputError:
+        return None
+    if any(a not in matrix.models for a in answerers):
+        return None
+    rows = [matrix.models.index(a) for a in answerers]
+    c, t = matrix.n_correct[rows], matrix.n_trials[rows]
+    keep = np.flatnonzero(t.sum(0) > 0)[:limit]
+    ids = [matrix.item_ids[i] for i in keep]
+    items: dict[str, Any] = {}
+    for cand in ([Path(seed["source"])] if seed.get("kind") != "responses file" else []) + \
+            [Path(card.source), card_path.parent / card.source]:
+        if cand.is_file():
+            try:
+                items = {it.id: it for it in load_items(cand)}
+            except InputError:
+                items = {}
+            if items:
+                break
+    levels: list[float | None] = []
+    guess = []
+    for i in ids:
+        it = items.get(i)
+        lv = _level_of(it) if it is not None else None
+        levels.append(float(lv[1]) if lv else None)
+        k = len(it.choices) if it is not None and it.resolved_format == "mcq" and it.choices else 0
+        guess.append(1.0 / k if k else 0.0)
+    return (c[:, keep], t[:, keep]), levels, np.array(guess)
+
+
+def _designer_intervals(recs: Sequence[DesignedItem], d_core: Sequence[DesignedItem], status: Mapping[str, str],
+                        c: np.ndarray, t: np.ndarray, targets: Mapping[str, Mapping[str, float]],
+                        answerers: Sequence[str], seed_acc: Mapping[str, Any] | None, b: np.ndarray | None,
+                        B: int, seed: int) -> dict[str, list[float | None]]:
+    """Seeded bootstrap-over-items 95 % intervals of one designer's metrics: broken rate (suite records resampled);
+    error rate, mean item discrimination, Kendall tau, mean TVD and the level Spearman (core items resampled)."""
+    out: dict[str, list[float | None]] = {}
+    suite = [status.get(r.id, r.status) for r in recs if status.get(r.id, r.status) not in M.OUTSIDE_SUITE]
+    clean = np.array([s == "clean" for s in suite], float)
+    out["broken_rate"] = list(M.bootstrap_interval(len(clean), lambda i: 1 - clean[i].mean(), B=B, seed=seed))
+    n = c.shape[1]
+    tot_t = t.sum(0)
+    tot_c = c.sum(0)
+    out["error_rate"] = list(M.bootstrap_interval(n, lambda i: 1 - tot_c[i].sum() / max(tot_t[i].sum(), 1),
+                                                  B=B, seed=seed + 1))
+    r = M.item_discrimination(c, t)
+    out["discrimination"] = list(M.bootstrap_interval(
+        n, lambda i: np.nanmean(r[i]) if np.isfinite(r[i]).any() else np.nan, B=B, seed=seed + 2))
+    if seed_acc:
+        sa = np.array([_num(seed_acc.get(a)) for a in answerers])
+
+        def tau(i: np.ndarray) -> float:
+            ts = t[:, i].sum(1)
+            acc = np.where(ts > 0, c[:, i].sum(1) / np.maximum(ts, 1), np.nan)
+            return M.kendall_tau(acc, sa).r
+
+        out["kendall_tau"] = list(M.bootstrap_interval(n, tau, B=min(B, 500), seed=seed + 3))
+    codes = {}
+    for axis, target in targets.items():
+        labels = [r.declared.get(axis, "unknown") for r in d_core]
+        names = sorted(set(labels) | set(target))
+        code = np.array([names.index(x) for x in labels], int)
+        tv = np.array([target.get(x, 0.0) for x in names]) / max(sum(target.values()), 1e-12)
+        codes[axis] = (code, tv, len(names))
+
+    def tvd(i: np.ndarray) -> float:
+        vals = [0.5 * np.abs(np.bincount(code[i], minlength=k) / len(i) - tv).sum() for code, tv, k in codes.values()]
+        return float(np.mean(vals))
+
+    out["mean_tvd"] = list(M.bootstrap_interval(n, tvd, B=B, seed=seed + 4))
+    if b is not None:
+        lv = np.array([_num(M._level_num(r.declared.get("difficulty"))) for r in d_core])
+        out["level_spearman"] = list(M.bootstrap_interval(
+            n, lambda i: M.correlation(lv[i], b[i], "spearman").r, B=min(B, 500), seed=seed + 5))
+    return out
+
+
 def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Sequence[DesignedItem],
                  answers: Sequence[Answer], verdicts: Sequence[ItemVerdict], strong: Sequence[str],
                  seed: dict[str, Any] | None, irt_method: str, out: Path,
-                 generation: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 generation: Mapping[str, Any] | None = None, card_path: Path | None = None) -> dict[str, Any]:
     """Every metric of SPEC section 7 from the stage outputs; writes report.json, matrix.csv, heatmap.png and
     core.jsonl and returns the report."""
     from benchfill.designers.report import plot_heatmap
@@ -386,15 +477,42 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
     b_core, irt_info = _irt_difficulties(cfg, core, c_core, t_core, irt_method)
     pos = {r.id: i for i, r in enumerate(core)}
     seed_acc = seed["accuracy"] if seed else None
+    B, rseed = cfg.run.bootstrap, cfg.seed
 
-    designers_out = []
+    # the joint item-level fit: designer-level difficulty and calibration slope, self / family interactions
+    cores = {d.label: [r for r in records if r.designer == d.label and status.get(r.id) == "clean"]
+             for d in cfg.designers}
     counts_by_designer = []
     for d in cfg.designers:
+        idx = [pos[r.id] for r in cores[d.label]]
+        counts_by_designer.append((c_core[:, idx], t_core[:, idx]))
+    seed_m = _seed_matrix(out, seed, card, card_path or Path("."), answerers)
+    jinp = M.JointInputs(
+        designers=[d.label for d in cfg.designers], answerers=answerers, counts=counts_by_designer,
+        levels=[[M._level_num(r.declared.get("difficulty")) for r in cores[d.label]] for d in cfg.designers],
+        guessing=[np.array([1.0 / len(r.choices) if r.format == "mcq" and r.choices else 0.0
+                            for r in cores[d.label]]) for d in cfg.designers],
+        designer_family={d.label: d.family for d in cfg.designers},
+        answerer_family={a.label: a.family for a in cfg.panel},
+        self_answerer={d.label: (cfg.answerer_of(d).label if cfg.answerer_of(d) else None) for d in cfg.designers},
+        seed_counts=seed_m[0] if seed_m else None, seed_levels=seed_m[1] if seed_m else None,
+        seed_guessing=seed_m[2] if seed_m else None)
+    joint = M.joint_fit(jinp) if c_core.shape[1] >= 2 and len(answerers) >= 2 else None
+    offsets = np.r_[0, np.cumsum([c.shape[1] for c, _ in counts_by_designer])]
+    seed_by_level: dict[str, float] = {}
+    if joint is not None and seed_m is not None:
+        sb = joint.b[offsets[-1]:]
+        for L in range(1, 6):
+            sel = np.array([lv == L for lv in seed_m[1]], bool)
+            if sel.sum() >= 3:
+                seed_by_level[f"L{L}"] = float(sb[sel].mean())
+
+    designers_out = []
+    for k_d, d in enumerate(cfg.designers):
         recs = [r for r in records if r.designer == d.label]
-        d_core = [r for r in recs if status.get(r.id) == "clean"]
+        d_core = cores[d.label]
         idx = [pos[r.id] for r in d_core]
-        c, t = c_core[:, idx], t_core[:, idx]
-        counts_by_designer.append((c, t))
+        c, t = counts_by_designer[k_d]
         br = M.broken_rate(status.get(r.id, r.status) for r in recs)
         reasons = Counter()
         for r in recs:
@@ -415,6 +533,18 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
                             [seed_acc.get(a) if seed_acc and seed_acc.get(a) is not None else np.nan
                              for a in answerers]) if seed_acc else M.Correlation("kendall", float("nan"),
                                                                                  float("nan"), 0)
+        # the designer-level effect and calibration from the joint fit
+        effect = calib = None
+        if joint is not None:
+            g = joint.groups.get(d.label)
+            effect = g.as_dict() if g is not None else None
+            jb = joint.b[offsets[k_d]:offsets[k_d + 1]]
+            calib = M.calibration(jb, [r.declared.get("difficulty") for r in d_core], seed_by_level or None,
+                                  slope=g.beta if g is not None else None,
+                                  slope_se=g.beta_se if g is not None else None).as_dict()
+        intervals = _designer_intervals(recs, d_core, status, c, t, plan.targets, answerers, seed_acc,
+                                        joint.b[offsets[k_d]:offsets[k_d + 1]] if joint is not None else None,
+                                        B, rseed + k_d)
         own = cfg.answerer_of(d)
         n_dup = sum(status.get(r.id, r.status) == "duplicate" for r in recs)
         filled = {r.slot for r in recs if r.status == "ok"}
@@ -427,7 +557,9 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
             "core_coverage": len(d_core) / plan.total if plan.total else None,
             "spec_alignment": {a: v.as_dict() for a, v in align.items()},
             "mean_tvd": M._f(float(np.mean(tvds))) if tvds else None,
-            "difficulty": diff.as_dict(), "discrimination": disc.as_dict(), "ranking": tau.as_dict(),
+            "difficulty": {**diff.as_dict(), "designer_effect": effect},
+            "calibration": calib, "intervals": intervals,
+            "discrimination": disc.as_dict(), "ranking": tau.as_dict(),
             "accuracy_by_answerer": acc,
             "generation": dict((generation or {}).get(d.label, {})),
         })
@@ -456,6 +588,16 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
         "1 - mean_tvd": M.percentile_ranks([1 - r["mean_tvd"] if r["mean_tvd"] is not None else np.nan
                                             for r in designers_out]),
     }
+    # calibration: the mean absolute per-level shift against the seed benchmark where every designer has one,
+    # else the Spearman of requested level vs difficulty
+    cal_err = [_num((r["calibration"] or {}).get("error")) for r in designers_out]
+    if designers_out and all(np.isfinite(cal_err)):
+        comp["calibration"] = M.percentile_ranks(cal_err, higher_is_better=False)
+        cal_basis = "calibration error (mean |shift| per level vs the seed benchmark, lower is better)"
+    else:
+        comp["calibration"] = M.percentile_ranks([_num((r["calibration"] or {}).get("spearman"))
+                                                  for r in designers_out])
+        cal_basis = "calibration Spearman (requested level vs difficulty)"
     stacked = np.vstack(list(comp.values()))  # (components, D)
     score = np.array([float(np.nanmean(col)) if np.isfinite(col).any() else np.nan for col in stacked.T])
     for k, row in enumerate(designers_out):
@@ -472,20 +614,27 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
         "broken_vs_discrimination": M.correlation([_num(r["broken_rate"]) for r in designers_out],
                                                   [_num(r["discrimination"]["mean"]) for r in designers_out],
                                                   "pearson").as_dict(),
-        "design_score": "mean percentile rank across designers of 1 - broken rate, discrimination, Kendall tau "
-                        "and 1 - mean TVD (components that are undefined are skipped)",
+        "design_score": "mean percentile rank across designers of 1 - broken rate, discrimination, Kendall tau, "
+                        f"1 - mean TVD and {cal_basis} (components that are undefined are skipped)",
     }
-    prefs = M.preference_tests(M.PreferenceInputs(
-        designers=[d.label for d in cfg.designers], answerers=answerers, counts=counts_by_designer,
-        designer_family={d.label: d.family for d in cfg.designers},
-        answerer_family={a.label: a.family for a in cfg.panel},
-        self_answerer={d.label: (cfg.answerer_of(d).label if cfg.answerer_of(d) else None) for d in cfg.designers},
-    ), B=cfg.run.bootstrap, alpha=cfg.run.alpha, seed=cfg.seed)
+    prefs = M.preference_tests_logit(jinp, joint, alpha=cfg.run.alpha) if joint is not None else []
+    # the accuracy-scale difference in differences, for reference (biased by designer difficulty and answerer
+    # ability: not the test)
+    did = {(p.kind, p.designer): p for p in M.preference_tests(M.PreferenceInputs(
+        designers=jinp.designers, answerers=answerers, counts=counts_by_designer,
+        designer_family=jinp.designer_family, answerer_family=jinp.answerer_family,
+        self_answerer=jinp.self_answerer), B=cfg.run.bootstrap, alpha=cfg.run.alpha, seed=cfg.seed)}
+    pref_dicts = []
+    for p in prefs:
+        ref = did.get((p.kind, p.designer))
+        pref_dicts.append({**p.as_dict(), "scale": "logit",
+                           "accuracy_did": ({"estimate": M._f(ref.estimate), "ci_low": M._f(ref.ci_low),
+                                             "ci_high": M._f(ref.ci_high)} if ref is not None else None)})
     for row in designers_out:
-        row["self_preference"] = next((p.as_dict() for p in prefs if p.kind == "self" and p.designer == row["designer"]),
-                                      None)
-        row["family_preference"] = next((p.as_dict() for p in prefs if p.kind == "family"
-                                         and p.designer == row["designer"]), None)
+        row["self_preference"] = next((p for p in pref_dicts if p["kind"] == "self"
+                                       and p["designer"] == row["designer"]), None)
+        row["family_preference"] = next((p for p in pref_dicts if p["kind"] == "family"
+                                         and p["designer"] == row["designer"]), None)
 
     files = {"report": "report.json", "matrix": "matrix.csv", "heatmap": "heatmap.png", "core": "core.jsonl",
              "suite": "suite.jsonl", "answers": "answers.jsonl", "verdicts": "verdicts.jsonl"}
@@ -509,7 +658,9 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
         "matrix": {"designers": [d.label for d in cfg.designers], "answerers": answerers,
                    "accuracy": [[M._f(v) for v in row] for row in A],
                    "n_items": [int(c.shape[1]) for c, _ in counts_by_designer]},
-        "preferences": [p.as_dict() for p in prefs],
+        "preferences": pref_dicts,
+        "joint_fit": ({**joint.info(), "seed_items": int(seed_m[0][0].shape[1]) if seed_m else 0,
+                       "seed_by_level": seed_by_level} if joint is not None else None),
         "across_designers": across,
         "files": files,
     }
@@ -518,10 +669,22 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
         lines.append(_csv(d.label) + "," + ",".join("" if not np.isfinite(v) else f"{v:.6f}" for v in row))
     atomic_write_text(out / "matrix.csv", "\n".join(lines) + "\n")
     write_jsonl(out / "core.jsonl", [r.to_item().model_dump(mode="json", exclude_none=True) for r in core])
+    resid = None
+    if joint is not None:
+        resid = np.full(A.shape, np.nan)
+        for k_d, (c, t) in enumerate(counts_by_designer):
+            pm = joint.p_main[:, offsets[k_d]:offsets[k_d + 1]]
+            tot = t.sum(1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                resid[k_d] = np.where(tot > 0, (c.sum(1) - (pm * t).sum(1)) / np.maximum(tot, 1), np.nan)
+        report["matrix"]["residual"] = [[M._f(v) for v in row] for row in resid]
+    marks = [[("self" if cfg.answerer_of(d) is not None and cfg.answerer_of(d).label == a.label
+               else "family" if a.family == d.family else "") for a in cfg.panel] for d in cfg.designers]
+    report["matrix"]["cells"] = marks
     plot_heatmap(A, [d.label for d in cfg.designers], answerers, out / "heatmap.png",
                  designer_family=[d.family for d in cfg.designers], answerer_family=[a.family for a in cfg.panel],
                  n_items=[int(c.shape[1]) for c, _ in counts_by_designer], simulated=cfg.simulated,
-                 title=f"{card.name}: designer x answerer accuracy on core items")
+                 title=f"{card.name}: designer x answerer accuracy on core items", residual=resid, marks=marks)
     atomic_write_json(out / "report.json", report)
     return report
 

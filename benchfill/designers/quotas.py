@@ -33,18 +33,23 @@ LEVELS = ("L1", "L2", "L3", "L4", "L5")
 INTENTS = ("standard", "adversarial")
 FORMATS = ("mcq", "numeric", "math", "short", "open")
 FROM_CARD = "from_card"
+#: BenchBench's defaults: difficulty levels 15/25/30/20/10 % and 75/25 standard/adversarial
+DEFAULT_LEVELS = {"L1": 0.15, "L2": 0.25, "L3": 0.30, "L4": 0.20, "L5": 0.10}
+DEFAULT_INTENT = {"standard": 0.75, "adversarial": 0.25}
 
 
 class QuotaSpec(BaseModel):
-    """A quota file. Shares need not sum to 1 (they are normalised); ``from_card`` takes the card's distribution."""
+    """A quota file. Shares that do not sum to 1 are normalised (:func:`quota_warnings` says so); ``from_card``
+    takes the card's distribution. Defaults: BenchBench's level mix (L1-L5 15/25/30/20/10 %) and 75/25
+    standard/adversarial intent; categories and formats from the card."""
 
     model_config = ConfigDict(extra="forbid")
 
     total: int = Field(ge=1, le=100_000)
     super_categories: dict[str, float] | str = FROM_CARD
     formats: dict[str, float] | str = FROM_CARD
-    difficulty: dict[str, float] | str = {level: 1.0 for level in LEVELS}
-    intent: dict[str, float] | str = {"standard": 0.8, "adversarial": 0.2}
+    difficulty: dict[str, float] | str = Field(default_factory=lambda: dict(DEFAULT_LEVELS))
+    intent: dict[str, float] | str = Field(default_factory=lambda: dict(DEFAULT_INTENT))
 
     @field_validator("super_categories", "formats", "difficulty", "intent")
     @classmethod
@@ -80,6 +85,18 @@ def load_quotas(path: str | Path) -> QuotaSpec:
         return QuotaSpec.model_validate(data)
     except ValidationError as exc:
         raise from_validation_error(str(path), exc) from None
+
+
+def quota_warnings(spec: QuotaSpec, source: str = "<quotas>") -> list[str]:
+    """One line per axis whose shares do not sum to 1 (they are normalised)."""
+    out = []
+    for name in ("super_categories", "formats", "difficulty", "intent"):
+        v = getattr(spec, name)
+        if isinstance(v, dict) and abs(sum(v.values()) - 1.0) > 1e-6:
+            total = sum(v.values())
+            shares = ", ".join(f"{k} {x / total:.3f}" for k, x in v.items())
+            out.append(f"{source}: {name}: shares sum to {total:g}, not 1; normalised to {shares}")
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- apportionment
@@ -177,6 +194,16 @@ def axis_targets(spec: QuotaSpec, card: Any) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for axis, value in raw.items():
         shares = from_card(axis) if value == FROM_CARD else dict(value)  # type: ignore[arg-type]
+        if axis == "category" and value != FROM_CARD and getattr(card, "ontology", None):
+            known = [node.name for node in card.ontology]
+            bad = [k for k in shares if k not in known]
+            if bad:
+                import difflib
+
+                close = difflib.get_close_matches(bad[0], known, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise InputError("<quotas>", f"super_categories: unknown category {bad[0]!r}{hint} (the card's "
+                                             f"categories: {', '.join(known)})")
         if axis == "format":
             bad = [k for k in shares if k not in FORMATS]
             if bad:

@@ -36,45 +36,102 @@ def leaderboard_table(report: Mapping[str, Any]) -> Table:
     if report.get("simulated"):
         title += " [bold yellow](SIMULATED)[/]"
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
-    for col in ("designer", "core/n", "broken", "TVD", "mean b", "1-acc", "discr", "tau", "self", "family",
-                "score"):
+    for col in ("designer", "core/n", "broken", "TVD", "difficulty", "1-acc", "discr", "tau", "calib", "self",
+                "family", "score"):
         t.add_column(col, justify="left" if col == "designer" else "right", no_wrap=True)
     for row in leaderboard_rows(report):
         def pref(p: Mapping[str, Any] | None) -> str:
             if not p or p.get("estimate") is None:
                 return "-"
             mark = "[bold red]*[/]" if p.get("detected") else ""
-            return f"{100 * p['estimate']:+.1f}{mark}"
+            return f"{p['estimate']:+.2f}{mark}"
 
+        iv = row.get("intervals") or {}
+
+        def ci(key: str, fmt: str, scale: float = 1.0) -> str:
+            lo, hi = (iv.get(key) or [None, None])[:2]
+            return "" if lo is None or hi is None else f" \\[{fmt.format(scale * lo)},{fmt.format(scale * hi)}]"
+
+        eff = (row["difficulty"].get("designer_effect") or {})
+        diff = "-" if eff.get("mean") is None else (
+            f"{eff['mean']:+.2f} [{eff['mean_ci'][0]:+.2f},{eff['mean_ci'][1]:+.2f}]")
+        cal = row.get("calibration") or {}
+        if cal.get("error") is not None:
+            calib = f"{cal['error']:.2f}"
+        elif cal.get("spearman") is not None:
+            calib = f"rho {cal['spearman']:+.2f}"
+        else:
+            calib = "-"
         t.add_row(
-            f"{row['designer']} ({row['family']})", f"{row['n_core']}/{row['n_suite']}", _pct(row["broken_rate"]),
-            _num(row["mean_tvd"], "{:.2f}"), _num(row["difficulty"].get("mean_b"), "{:+.2f}"),
-            _pct(row["difficulty"].get("error_rate"), 0), _num(row["discrimination"].get("mean"), "{:.2f}"),
-            _num(row["ranking"].get("r"), "{:+.2f}"), pref(row.get("self_preference")),
-            pref(row.get("family_preference")), _num(row.get("design_score"), "{:.2f}"),
+            f"{row['designer']} ({row['family']})", f"{row['n_core']}/{row['n_suite']}",
+            _pct(row["broken_rate"]) + ci("broken_rate", "{:.0f}", 100),
+            _num(row["mean_tvd"], "{:.2f}") + ci("mean_tvd", "{:.2f}"), diff,
+            _pct(row["difficulty"].get("error_rate"), 0) + ci("error_rate", "{:.0f}", 100),
+            _num(row["discrimination"].get("mean"), "{:.2f}") + ci("discrimination", "{:.2f}"),
+            _num(row["ranking"].get("r"), "{:+.2f}") + ci("kendall_tau", "{:+.2f}"), calib,
+            pref(row.get("self_preference")), pref(row.get("family_preference")),
+            _num(row.get("design_score"), "{:.2f}"),
         )
-    t.caption = ("designer (family); core/n = core items / suite; broken = non-core share of the suite; TVD = mean total variation distance to the quotas (4 axes); "
-                 "mean b = IRT difficulty, joint scale (logits); discr = mean corrected item-rest point-biserial; "
-                 "tau = Kendall tau of the answerer ranking vs the seed benchmark; self / family = preference "
-                 "(difference in differences, accuracy points; * detected, Bonferroni); duplicates: report.json")
+    t.caption = ("designer (family); core/n = core items / suite; \\[lo,hi] = 95 % item-bootstrap intervals; broken = "
+                 "non-core share of the suite (%); TVD = mean total variation distance to the quotas (4 axes); "
+                 "difficulty = designer-level IRT effect mu + beta mean(L - 3) on the joint scale (logits, 95 % CI); "
+                 "discr = mean corrected item-rest point-biserial; tau = Kendall tau of the answerer ranking vs the "
+                 "seed benchmark; calib = mean |shift| per level vs the seed benchmark's per-level difficulty "
+                 "(logits), else rho = Spearman of requested level vs difficulty; self / family = preference "
+                 "(logit interaction; * detected, Bonferroni); by level: report.json calibration.by_level")
     return t
 
 
 def preference_table(report: Mapping[str, Any]) -> Table:
-    t = Table(title="self / family preference (difference in differences on the accuracy matrix)",
+    t = Table(title="self / family preference (item-level logit interaction, adjusted for ability and difficulty)",
               title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("kind", "designer", "answerers", "DiD", "95% CI", "p", "detected"):
+    for col in ("kind", "designer", "answerers", "logit", "95% CI", "p", "detected", "acc DiD"):
         t.add_column(col, justify="left" if col in ("kind", "designer", "answerers") else "right",
                      no_wrap=col != "answerers")
     for p in report.get("preferences", []):
         est = p.get("estimate")
-        ci = "-" if p.get("ci_low") is None else f"[{100 * p['ci_low']:+.1f}, {100 * p['ci_high']:+.1f}]"
-        t.add_row(p["kind"], p["designer"], ", ".join(p["answerers"]), "-" if est is None else f"{100 * est:+.1f}",
+        ci = "-" if p.get("ci_low") is None else f"[{p['ci_low']:+.2f}, {p['ci_high']:+.2f}]"
+        ref = p.get("accuracy_did") or {}
+        t.add_row(p["kind"], p["designer"], ", ".join(p["answerers"]), "-" if est is None else f"{est:+.2f}",
                   ci, "-" if p.get("p_value") is None else f"{p['p_value']:.3g}",
-                  "[bold red]yes[/]" if p.get("detected") else "no")
-    t.caption = "DiD and CI in accuracy points; detected: p < alpha / number of tests (Bonferroni)"
+                  "[bold red]yes[/]" if p.get("detected") else "no",
+                  "-" if ref.get("estimate") is None else f"{100 * ref['estimate']:+.1f}")
+    t.caption = ("logit and CI: interaction of the designer's items with its own answerer (self, beyond its family) or "
+                 "its family's answerers (family); detected: p < alpha / number of tests (Bonferroni); acc DiD: the "
+                 "accuracy-scale difference in differences (points; biased by difficulty and ability, not tested)")
     if not report.get("preferences"):
         t.caption = "no test possible: needs >= 2 designers, and a designer's own model or family on the panel"
+    return t
+
+
+def calibration_table(report: Mapping[str, Any]) -> Table:
+    """Per designer and requested level: items, mean b (joint scale) and the shift against the seed benchmark."""
+    t = Table(title="calibration by requested level (mean b, logits; shift vs the seed benchmark's level)",
+              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    t.add_column("designer")
+    for L in ("L1", "L2", "L3", "L4", "L5"):
+        t.add_column(L, justify="right", no_wrap=True)
+    t.add_column("slope [95% CI]", justify="right", no_wrap=True)
+    t.add_column("rho", justify="right")
+    seed = (report.get("joint_fit") or {}).get("seed_by_level") or {}
+    if seed:
+        t.add_row("seed", *[("-" if seed.get(L) is None else f"{seed[L]:+.2f}") for L in ("L1", "L2", "L3", "L4", "L5")],
+                  "", "")
+    for row in report["designers"]:
+        cal = row.get("calibration") or {}
+        by = cal.get("by_level") or {}
+        cells = []
+        for L in ("L1", "L2", "L3", "L4", "L5"):
+            c = by.get(L)
+            if not c:
+                cells.append("-")
+            else:
+                cells.append(f"{c['mean_b']:+.2f}" + (f" ({c['shift']:+.2f})" if c.get("shift") is not None else "")
+                             + f" n={c['n']}")
+        eff = (row["difficulty"].get("designer_effect") or {})
+        slope = "-" if eff.get("beta") is None else f"{eff['beta']:+.2f} [{eff['beta_ci'][0]:+.2f},{eff['beta_ci'][1]:+.2f}]"
+        t.add_row(row["designer"], *cells, slope, _num(cal.get("spearman"), "{:+.2f}"))
+    t.caption = "slope: designer-level logits per requested level (0 = the level is ignored, < 0 = inverted)"
     return t
 
 
@@ -99,37 +156,60 @@ def across_table(report: Mapping[str, Any]) -> Table:
 
 def plot_heatmap(A: np.ndarray, designers: Sequence[str], answerers: Sequence[str], path: str | Path, *,
                  designer_family: Sequence[str] | None = None, answerer_family: Sequence[str] | None = None,
-                 n_items: Sequence[int] | None = None, simulated: bool = False, title: str = "") -> Path:
+                 n_items: Sequence[int] | None = None, simulated: bool = False, title: str = "",
+                 residual: np.ndarray | None = None, marks: Sequence[Sequence[str]] | None = None) -> Path:
     """Heatmap of A (D designers x J answerers, accuracy in [0, 1], NaN blank), cells annotated, families in the
-    tick labels; written atomically as PNG."""
+    tick labels; with ``residual`` (D, J) a second panel shows observed - expected accuracy under the joint model
+    without interactions (the interaction); ``marks`` ("self" / "family" / "") outlines those cells (solid / dashed).
+    Written atomically as PNG."""
     import io
 
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
 
     from benchfill.io import atomic_write_bytes
 
     D, J = A.shape if A.size else (len(designers), len(answerers))
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.0 + 0.75 * J), max(3.0, 1.4 + 0.5 * D)), dpi=120)
-    data = np.ma.masked_invalid(A.astype(float)) if A.size else np.ma.masked_all((D, J))
-    im = ax.imshow(data, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
-    ax.set_xticks(range(J))
-    ax.set_xticklabels([f"{a}\n({f})" if answerer_family else a
-                        for a, f in zip(answerers, answerer_family or [""] * J)], rotation=45, ha="right", fontsize=8)
-    ax.set_yticks(range(D))
-    ax.set_yticklabels([f"{d} ({f})" + (f" n={n}" if n_items else "")
-                        for d, f, n in zip(designers, designer_family or [""] * D, n_items or [0] * D)], fontsize=8)
-    for i in range(D):
-        for j in range(J):
-            v = A[i, j] if A.size else np.nan
-            if np.isfinite(v):
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v < 0.6 else "black")
-    ax.set_xlabel("answerer")
-    ax.set_ylabel("designer")
-    ax.set_title((("SIMULATED - " if simulated else "") + (title or "designer x answerer accuracy")), fontsize=9)
-    fig.colorbar(im, ax=ax, fraction=0.04, label="accuracy on core items")
+    panels = 2 if residual is not None else 1
+    fig, axes = plt.subplots(1, panels, figsize=(panels * max(5.0, 1.0 + 0.75 * J), max(3.0, 1.4 + 0.5 * D)),
+                             dpi=120, squeeze=False)
+    xt = [f"{a}\n({f})" if answerer_family else a for a, f in zip(answerers, answerer_family or [""] * J)]
+    yt = [f"{d} ({f})" + (f" n={n}" if n_items else "")
+          for d, f, n in zip(designers, designer_family or [""] * D, n_items or [0] * D)]
+
+    def draw(ax, M_, vmin, vmax, cmap, fmt, label):
+        data = np.ma.masked_invalid(M_.astype(float)) if M_.size else np.ma.masked_all((D, J))
+        im = ax.imshow(data, vmin=vmin, vmax=vmax, cmap=cmap, aspect="auto")
+        ax.set_xticks(range(J))
+        ax.set_xticklabels(xt, rotation=45, ha="right", fontsize=8)
+        ax.set_yticks(range(D))
+        ax.set_yticklabels(yt, fontsize=8)
+        for i in range(D):
+            for j in range(J):
+                v = M_[i, j] if M_.size else np.nan
+                if np.isfinite(v):
+                    dark = (v < 0.6) if cmap == "viridis" else False
+                    ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=7,
+                            color="white" if dark else "black")
+                kind = marks[i][j] if marks is not None else ""
+                if kind:
+                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=2.0, ec="red",
+                                           ls="-" if kind == "self" else "--"))
+        ax.set_xlabel("answerer")
+        ax.set_ylabel("designer")
+        fig.colorbar(im, ax=ax, fraction=0.04, label=label)
+
+    prefix = "SIMULATED - " if simulated else ""
+    draw(axes[0, 0], A, 0.0, 1.0, "viridis", "{:.2f}", "accuracy on core items")
+    axes[0, 0].set_title(prefix + (title or "designer x answerer accuracy"), fontsize=9)
+    if residual is not None:
+        lim = max(0.05, float(np.nanmax(np.abs(residual))) if np.isfinite(residual).any() else 0.05)
+        draw(axes[0, 1], residual, -lim, lim, "RdBu_r", "{:+.2f}", "observed - expected accuracy")
+        axes[0, 1].set_title(prefix + "residual: accuracy beyond ability and item difficulty"
+                             + (" (red box: self, dashed: family)" if marks is not None else ""), fontsize=9)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
