@@ -249,6 +249,8 @@ def fill(
     opts = FillOptions(items=items, responses=responses, config=config, out=out, models=models,
                        models_file=models_file, n_gaps=gaps, sampler=sampler, seed=seed, compare=compare,
                        resume=resume)
+    from benchfill.models.client import CallsFailed
+
     live = FillLive(console)
     with console.status("diagnosing the benchmark (IRT fit) ..."):
         run = FillRun(opts, on_event=live.update)
@@ -257,6 +259,9 @@ def fill(
     try:
         with live:
             summary = run.run()
+    except CallsFailed as exc:  # an outage is not an outcome: the node that met it re-runs on --resume
+        err_console.print(f"benchfill: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(CALLS_FAILED_EXIT) from None
     finally:
         run.close()
     console.print(fill_summary_table(summary))

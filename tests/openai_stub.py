@@ -11,10 +11,15 @@ separate process for the benchmark::
 
 Behaviour per request, first match wins:
 
+0. ``StubServer.down``: while true every connection is cut before any reply (an outage; ``stop()`` then
+   ``start_stub(port=...)`` is a server that restarts).
 1. ``StubServer.script``: a list of modes consumed one per request (``"ok"``, ``"429"``, ``"500"``, ``"400"``,
    ``"hang"``, ``"not_json"``, ``"bad_body"``, ``"echo_auth_500"`` — a 500 whose message repeats the request's
-   Authorization header, to prove keys are scrubbed); an empty list means ``"ok"``; then ``fault_rate``: that
-   share of requests (seeded) fails with a 429 or a 500.
+   Authorization header, to prove keys are scrubbed; malformed 200s: ``"no_choices"`` (``"choices": []``),
+   ``"no_message"`` (a choice without a message), ``"null_content"`` (content null, no refusal), ``"garbage"``
+   (random bytes as the body), ``"cut"`` (the connection is closed mid-reply), ``"length"`` (an answer cut by
+   the token limit, ``finish_reason: "length"``)); an empty list means ``"ok"``; then ``fault_rate``: that share
+   of requests (seeded) fails with one of ``fault_modes`` (default a 429 or a 500).
 2. a marker in the last user message: ``[[stub:429]]``, ``[[stub:500]]``, ``[[stub:hang]]``... applies to the
    first N requests carrying that exact message, where N is ``[[stub:429x2]]``'s count (default: always).
 3. ``"ok"``: the reply text is ``StubServer.responder(body)``; the default is deterministic in the request
@@ -38,6 +43,11 @@ from typing import Any, Callable
 from aiohttp import web
 
 _MARKER = re.compile(r"\[\[stub:(\w+?)(?:x(\d+))?\]\]")
+
+
+def request_key(body: dict[str, Any]) -> str:
+    """What makes two requests the same paid call: model, messages, seed."""
+    return json.dumps([body.get("model"), body.get("messages"), body.get("seed")], sort_keys=True)
 
 
 def default_responder(body: dict[str, Any]) -> str:
@@ -64,6 +74,9 @@ class StubServer:
     keep_bodies: bool = True
     fault_rate: float = 0.0
     fault_seed: int = 0
+    fault_modes: tuple[str, ...] = ("429", "500")
+    down: bool = False
+    ok_keys: list[str] = field(default_factory=list)
     inflight: int = 0
     max_inflight: int = 0
     port: int = 0
@@ -88,6 +101,7 @@ class StubServer:
             self._marker_counts.clear()
             self.max_inflight = 0
             self._fault_rng = None
+            self.ok_keys.clear()
 
     def _mode_for(self, body: dict[str, Any]) -> str:
         with self._lock:
@@ -109,11 +123,14 @@ class StubServer:
                 if self._fault_rng is None:
                     self._fault_rng = random.Random(self.fault_seed)
                 if self._fault_rng.random() < self.fault_rate:
-                    mode = self._fault_rng.choice(["429", "500"])
+                    mode = self._fault_rng.choice(list(self.fault_modes))
             self.modes[mode] += 1
             return mode
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        if self.down:  # an outage: the connection is cut, nothing is answered (or counted)
+            request.transport.close()  # type: ignore[union-attr]
+            raise asyncio.CancelledError
         body = await request.json()
         mode = self._mode_for(body)
         auth = request.headers.get("Authorization", "")
@@ -124,12 +141,13 @@ class StubServer:
             self.inflight += 1
             self.max_inflight = max(self.max_inflight, self.inflight)
         try:
-            return await self._respond(body, mode, auth)
+            return await self._respond(body, mode, auth, request)
         finally:
             with self._lock:
                 self.inflight -= 1
 
-    async def _respond(self, body: dict[str, Any], mode: str, auth: str) -> web.StreamResponse:
+    async def _respond(self, body: dict[str, Any], mode: str, auth: str,
+                       request: web.Request | None = None) -> web.StreamResponse:
         if self.latency:
             await asyncio.sleep(self.latency)
         if mode == "429":
@@ -149,7 +167,32 @@ class StubServer:
             await asyncio.sleep(self.hang_s)
         if mode == "bad_body":
             return web.Response(text="<html>not json</html>", status=200, content_type="application/json")
+        if mode == "garbage":
+            return web.Response(body=bytes(random.Random(len(str(body))).randrange(256) for _ in range(64)),
+                                status=200, content_type="application/json")
+        if mode == "cut":  # headers promise a body that never comes: the connection drops mid-reply
+            resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
+                                                           "Content-Length": "4096"})
+            await resp.prepare(request)  # type: ignore[arg-type]
+            await resp.write(b'{"id": "chatcmpl-cut", "choices": [')
+            request.transport.close()  # type: ignore[union-attr]
+            return resp
+        base = {"id": f"chatcmpl-stub-{self.calls}", "object": "chat.completion", "created": int(time.time()),
+                "model": body.get("model", "stub")}
+        if mode == "no_choices":
+            return web.json_response({**base, "choices": []})
+        if mode == "no_message":
+            return web.json_response({**base, "choices": [{"index": 0, "finish_reason": "stop"}]})
+        if mode == "null_content":
+            return web.json_response({**base, "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": None}, "finish_reason": "stop"}]})
         text = "this is {not json" if mode == "not_json" else self.responder(body)
+        finish = "stop"
+        if mode == "length":
+            text, finish = text[: max(1, len(text) // 3)], "length"
+        elif mode == "ok":
+            with self._lock:
+                self.ok_keys.append(request_key(body))
         n = int(body.get("n") or 1)
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
         completion_tokens = len(text.split())
@@ -160,7 +203,7 @@ class StubServer:
                 "created": int(time.time()),
                 "model": body.get("model", "stub"),
                 "choices": [
-                    {"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                    {"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
                     for i in range(n)
                 ],
                 "usage": {

@@ -297,3 +297,96 @@ def test_resume_after_a_crash_in_each_node_matches_an_unbroken_run(tmp_path, ben
         assert resumed.returncode == 0, (node, resumed.stderr[-2000:])
         assert _chosen(out) == expected, node
         assert _double_calls(out) == 0, node
+
+
+# ---- provider faults and outages: never an outcome ----------------------------------------------------------
+
+
+def fast_stub_config(folder: Path, port: int, name: str = "fast.toml") -> Path:
+    """The stub playing every role, with quick retries (backoff in ms) so faults cost little time."""
+    panel = "".join(f'[[panel]]\nname = "m{j:02d}"\nmodel = "openai/stub-panel-{j}"\nrollouts = 2\n' for j in range(6))
+    cfg = folder / name
+    cfg.write_text(f"""
+[defaults]
+api_base = "http://127.0.0.1:{port}/v1"
+timeout = 5
+max_retries = 8
+backoff_initial = 0.01
+backoff_max = 0.05
+max_concurrency = 4
+[rewriter]
+model = "openai/stub-rewriter"
+[judge]
+model = "openai/stub-judge"
+[fill]
+parents = 2
+children_per_parent = 3
+max_rounds = 2
+{panel}""")
+    return cfg
+
+
+def role_responder(body):
+    """Plays each role by the model name: varied children, a judge that rejects about 1 in 5, and panel models of
+    rising ability whose (deterministic) answers depend on the child, so children land at different places."""
+    import hashlib
+    import math
+
+    text = body["messages"][-1]["content"]
+    h = int(hashlib.sha256((body["model"] + json.dumps(body["messages"]) + str(body.get("seed"))).encode())
+            .hexdigest()[:12], 16)
+    if body["model"].endswith("rewriter"):
+        return json.dumps({"children": [{"question": f"Child {k} ({(h >> (4 * k)) % 997}) of a parent.",
+                                         "answer": "7", "rationale": "stub"} for k in range(3)]})
+    if body["model"].endswith("judge"):
+        return json.dumps({"well_posed": h % 5 != 0, "answer_correct": True, "reason": "stub"})
+    j = int(body["model"].rsplit("-", 1)[1])
+    q = int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) % 1000 / 250 - 2  # the child's difficulty
+    p = 1 / (1 + math.exp(-(j - 2.5 - q)))
+    return f"The answer is \\boxed{{{7 if (h % 1000) / 1000 < p else 8}}}."
+
+
+MIXED_FAULTS = ("429", "500", "no_choices", "no_message", "null_content", "garbage", "cut", "bad_body")
+
+
+def test_a_fill_under_mixed_faults_chooses_what_a_fault_free_run_chooses(tmp_path, bench, stub):
+    stub.responder = role_responder
+    items, resp = bench
+    cfg = fast_stub_config(tmp_path, stub.port)
+    clean = fill(items, resp, cfg, tmp_path / "clean", "--gaps", "2")
+    assert clean.exit_code == 0, clean.output
+    stub.reset()
+    stub.fault_rate, stub.fault_seed, stub.fault_modes = 0.2, 3, MIXED_FAULTS
+    faulty = fill(items, resp, cfg, tmp_path / "faulty", "--gaps", "2")
+    assert faulty.exit_code == 0, faulty.output
+    assert sum(stub.modes[m] for m in MIXED_FAULTS) > 20, (stub.calls, stub.modes)  # many faults of each kind
+    assert {m for m in MIXED_FAULTS if stub.modes[m]} == set(MIXED_FAULTS)
+    assert _chosen(tmp_path / "faulty") == _chosen(tmp_path / "clean")
+    assert all(c[2] for c in _chosen(tmp_path / "clean"))  # the gaps were filled: the comparison means something
+
+
+def test_an_outage_stops_the_fill_and_the_resume_retries_the_calls(tmp_path, bench, stub):
+    stub.responder = role_responder
+    items, resp = bench
+    cfg = fast_stub_config(tmp_path, stub.port)
+    ref = fill(items, resp, cfg, tmp_path / "ref", "--gaps", "1")
+    assert ref.exit_code == 0, ref.output
+    stub.reset()
+    stub.down = True  # the server is down for the whole run
+    cfg_down = fast_stub_config(tmp_path, stub.port, name="down.toml")
+    cfg_down.write_text(cfg_down.read_text().replace("max_retries = 8", "max_retries = 1"))
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["fill", str(items), "--responses", str(resp), "--config", str(cfg_down), "--out",
+                              str(out), "--sampler", "map", "--models", "6", "--gaps", "1"])
+    assert res.exit_code == 3, res.output
+    lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
+    assert lines[-1] == "benchfill: 2 calls failed (server unreachable); rerun with --resume", lines
+    con = sqlite3.connect(out / "memory.sqlite")
+    assert con.execute("select count(*) from candidates").fetchone()[0] == 0  # nothing recorded as an outcome
+    assert con.execute("select count(*) from gaps where status != 'searching'").fetchone()[0] == 0
+    con.close()
+    stub.down = False
+    again = runner.invoke(app, ["fill", str(items), "--responses", str(resp), "--config", str(cfg_down), "--out",
+                                str(out), "--sampler", "map", "--models", "6", "--gaps", "1", "--resume"])
+    assert again.exit_code == 0, again.output
+    assert stub.calls > 0 and _chosen(out) == _chosen(tmp_path / "ref")

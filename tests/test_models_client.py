@@ -275,3 +275,56 @@ def test_cache_rows_and_log(stub, tmp_path):
     with sqlite3.connect(db) as conn:
         role, params = conn.execute("SELECT role, params FROM calls").fetchone()
     assert role == "judge" and json.loads(params)["temperature"] == 0.7
+
+
+# ---- malformed provider replies, cut connections, outages, a server that restarts ---------------------------
+
+
+@pytest.mark.parametrize("mode", ["no_choices", "no_message", "null_content", "garbage", "cut", "bad_body"])
+def test_malformed_provider_replies_are_retried_like_a_5xx(stub, tmp_path, mode):
+    clean = run(_one(tmp_path / "clean.sqlite", cfg(stub)))
+    stub.reset()
+    stub.script[:] = [mode, mode]
+    db = tmp_path / "c.sqlite"
+    result = run(_one(db, cfg(stub)))
+    assert result.ok and result.attempts == 3 and stub.calls == 3
+    assert result.text == clean.text  # the answer is the one a fault-free server gives
+    assert [r[0] for r in log_rows(db)] == ["retry", "retry", "ok"]
+
+
+def test_a_malformed_reply_after_every_retry_is_a_failure_never_cached(stub, tmp_path):
+    stub.script[:] = ["no_choices"] * 3
+    db = tmp_path / "c.sqlite"
+    result = run(_one(db, cfg(stub, max_retries=2)))
+    assert not result.ok and result.failed and "MalformedReply" in result.error
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == 0
+
+
+def test_finish_reason_length_is_kept_with_the_cached_reply(stub, tmp_path):
+    stub.script[:] = ["length"]
+    db = tmp_path / "c.sqlite"
+    first = run(_one(db, cfg(stub)))
+    again = run(_one(db, cfg(stub)))
+    assert first.ok and first.finish_reason == "length" and stub.calls == 1
+    assert again.cached and again.finish_reason == "length"
+
+
+def test_an_outage_fails_the_calls_and_a_restarted_server_answers_them(tmp_path):
+    server = start_stub()
+    port = server.port
+    server.down = True
+    db = tmp_path / "c.sqlite"
+    model = ModelConfig(model="openai/stub-model", api_base=server.api_base, timeout=2.0, max_retries=1,
+                        backoff_initial=0.01, backoff_max=0.02)
+    down = run(_one(db, model))
+    assert not down.ok and down.failed and server.calls == 0
+    server.stop()
+    gone = run(_one(db, model))  # nothing listens on the port at all
+    assert not gone.ok and gone.failed
+    restarted = start_stub(port=port)  # the server comes back on the same port
+    try:
+        back = run(_one(db, model))
+        assert back.ok and not back.cached and restarted.calls == 1
+    finally:
+        restarted.stop()

@@ -39,7 +39,7 @@ from benchfill.graphs.policy import (
 from benchfill.irt.placement import place_items
 from benchfill.irt.scale import Scale
 from benchfill.memory.bank import MemoryBank, MemoryItem
-from benchfill.models.client import CallResult, SyncModelClient
+from benchfill.models.client import CallResult, CallsFailed, SyncModelClient
 from benchfill.models.config import ModelConfig, RunConfig
 from benchfill.models.evaluate import Progress, run_evaluation
 from benchfill.models.prompts import PromptLibrary, rewrite_messages, validity_messages
@@ -215,6 +215,7 @@ def build_nodes(ctx: FillContext) -> dict[str, Callable[[FillState], dict[str, A
             return pi, parent, res
 
         results = ctx.client.run(_all(one(pi, memory[pid]) for pi, pid in enumerate(state.parents)))
+        _stop_on_failed_calls(r for _, _, r in results)
         ctx.maybe_crash("rewrite")
         rows, ids = [], []
         for pi, parent, res in results:
@@ -242,6 +243,7 @@ def build_nodes(ctx: FillContext) -> dict[str, Callable[[FillState], dict[str, A
             return cand, await ctx.client.client.complete_json(judge, messages, Verdict, role="judge")
 
         results = ctx.client.run(_all(one(c) for c in cands))
+        _stop_on_failed_calls(r for _, r in results)
         ctx.maybe_crash("validate")
         for cand, res in results:
             if res.parsed is None:
@@ -264,6 +266,8 @@ def build_nodes(ctx: FillContext) -> dict[str, Callable[[FillState], dict[str, A
             out = ctx.label_dir / f"{state.method}-g{state.gap_index}-r{state.round}"
             result = ctx.client.run(run_evaluation(items, run_cfg, out, client=ctx.client.client,
                                                    progress=Progress()))
+            if result.failed_calls:  # holes in the counts are no placement: stop, the resume asks again
+                raise CallsFailed(result.failure_errors)
             counts = _read_counts(Path(result.responses_path))
             ctx.maybe_crash("label")
             for c in cands:
@@ -342,6 +346,14 @@ def _tracked(ctx: FillContext, name: str, fn: Callable[[FillState], dict[str, An
 
     run.__name__ = name
     return run
+
+
+def _stop_on_failed_calls(results) -> None:
+    """Calls that failed for infrastructure reasons are never the search's outcome: the node stops before it
+    writes anything (its successful calls are cached) and the resumed run re-runs it."""
+    failed = [r.error for r in results if r.failed]
+    if failed:
+        raise CallsFailed(failed)
 
 
 async def _all(coros) -> list[Any]:
