@@ -390,3 +390,23 @@ def test_an_outage_stops_the_fill_and_the_resume_retries_the_calls(tmp_path, ben
                                 str(out), "--sampler", "map", "--models", "6", "--gaps", "1", "--resume"])
     assert again.exit_code == 0, again.output
     assert stub.calls > 0 and _chosen(out) == _chosen(tmp_path / "ref")
+
+
+@pytest.mark.parametrize("bad,line", [
+    ("parents = 0", "[fill].parents: must be >= 1"),
+    ("tolerance = -0.1", "[fill].tolerance: must be >= 0"),
+    ('children_per_parent = "four"', "[fill].children_per_parent: must be an integer (got 'four')"),
+])
+def test_a_bad_fill_setting_stops_before_any_call_with_one_line(tmp_path, bench, stub, bad, line):
+    items, resp = bench
+    cfg = fast_stub_config(tmp_path, stub.port)
+    key = bad.split(" =")[0]
+    cfg.write_text("\n".join(ln for ln in cfg.read_text().splitlines() if not ln.startswith(key + " "))
+                   .replace("[fill]\n", f"[fill]\n{bad}\n"))
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["fill", str(items), "--responses", str(resp), "--config", str(cfg), "--out", str(out),
+                              "--sampler", "map", "--models", "6"])
+    assert res.exit_code == 2
+    lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].endswith(f"{cfg}: {line}"), lines
+    assert stub.calls == 0 and not out.exists()

@@ -62,7 +62,7 @@ def test_yaml_is_read_too(tmp_path):
     ("[[panel]]\nmodel = 'sim/a'\n[[panel]]\nmodel = 'sim/a'\n", "duplicate panel model name"),
     ("[[panel]]\nmodel = 'sim/a'\nparams = { api_key = 'x' }\n", "API keys must not be written"),
     ("[[panel]\nmodel = 'x'\n", "invalid TOML"),
-    ("[grader]\ntemperature = 0\n", "grader.model: Field required"),
+    ("[grader]\ntemperature = 0\n", "[grader].model: required, missing"),
 ])
 def test_bad_config_names_file_and_field(tmp_path, text, fragment):
     path = write(tmp_path, text)
@@ -149,3 +149,45 @@ def test_paper_config_reproduces_the_setup():
 
 def test_sim_example_validates():
     validate_config(load_config(EXAMPLES / "sim.toml"), need=("panel", "rewriter", "judge"))
+
+
+# ---- every setting typed and ranged, one line naming the field --------------------------------------------
+
+BAD_SETTINGS = [
+    ("[fill]\nparents = 0", "[fill].parents: must be >= 1"),
+    ("[fill]\ntolerance = -0.1", "[fill].tolerance: must be >= 0"),
+    ("[fill]\ntolerance = 2.0", "[fill].tolerance: must be <= 1"),
+    ('[fill]\nchildren_per_parent = "four"', "[fill].children_per_parent: must be an integer (got 'four')"),
+    ("[fill]\nchildren_per_parent = 2.5", "[fill].children_per_parent: must be an integer"),
+    ("[fill]\nmax_rounds = 0", "[fill].max_rounds: must be >= 1"),
+    ("[fill]\nreferences = -1", "[fill].references: must be >= 0"),
+    ("[fill]\nseed_items = 0", "[fill].seed_items: must be >= 1"),
+    ('[fill]\nsequential = "yes"', "[fill].sequential: must be true or false"),
+    ("[fill]\ndisplay_scale = 0", "[fill].display_scale: must be > 0"),
+    ("[fill]\nsim_panel_rollouts = 0", "[fill].sim_panel_rollouts: must be >= 1"),
+    ("[fill]\nparent = 4", "[fill].parent: unknown field"),
+    ("[sim]\nstep = 1.5", "[sim].step: must be <= 1"),
+    ("[sim]\ninvalid_rate = -0.1", "[sim].invalid_rate: must be >= 0"),
+    ("[sim]\nb_range = [2.0, 1.0]", "[sim]: b_range: must be [low, high] with low < high"),
+    ('[judge]\nmodel = "sim/j"\ntemperature = -1', "[judge].temperature: must be >= 0"),
+    ('[judge]\nmodel = "sim/j"\ntop_p = 1.5', "[judge].top_p: must be <= 1"),
+    ('[judge]\nmodel = "sim/j"\nmax_tokens = 0', "[judge].max_tokens: must be > 0"),
+    ('[judge]\nmodel = "sim/j"\nmax_concurrency = 0', "[judge].max_concurrency: must be >= 1"),
+    ('[judge]\nmodel = "sim/j"\ntimeout = 0', "[judge].timeout: must be > 0"),
+    ('[judge]\nmodel = "sim/j"\nmax_retries = -1', "[judge].max_retries: must be >= 0"),
+    ('[judge]\nmodel = "sim/j"\nbackoff_initial = 5\nbackoff_max = 1', "[judge]: backoff_max: must be >= backoff_initial"),
+    ('[[panel]]\nmodel = "sim/a"\nrollouts = 0', "panel[0].rollouts: must be >= 1"),
+    ("[defaults]\ntimeout = -5\n[judge]\nmodel = \"sim/j\"", "[judge].timeout: must be > 0"),
+    ('seed = "x"', "seed: must be an integer (got 'x')"),
+    ("[prompts]\nrewrite = 3", "[prompts].rewrite: must be a string (got 3)"),
+]
+
+
+@pytest.mark.parametrize("body,line", BAD_SETTINGS, ids=[b.split("\n")[-1][:30] for b, _ in BAD_SETTINGS])
+def test_every_setting_is_typed_and_ranged_with_one_line_naming_it(tmp_path, body, line):
+    path = tmp_path / "c.toml"
+    path.write_text(body + "\n")
+    with pytest.raises(InputError) as err:
+        load_config(path)
+    assert str(err.value) == f"{path}: {line}" or str(err.value).startswith(f"{path}: {line}"), str(err.value)
+    assert "\n" not in str(err.value)

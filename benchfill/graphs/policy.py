@@ -7,34 +7,19 @@ All difficulties are on the benchmark's normalised axis d (0 = easiest item, 1 =
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence, TypeVar
 
 import numpy as np
 
 from benchfill.diagnostics import metrics as M
 from benchfill.memory.bank import MemoryItem
+from benchfill.models.config import FillParams
 
 T = TypeVar("T", bound=MemoryItem)
 
 
-@dataclass(frozen=True)
-class SearchParams:
-    """Parameters of the search, with the paper's defaults."""
-
-    parents: int = 4
-    children_per_parent: int = 4
-    references: int = 16
-    tolerance: float = 0.01
-    max_rounds: int = 8
-    seed_items: int = 16
-    sequential: bool = True  # recompute the gaps after each filled gap (else: a fixed list from the start)
-    display_scale: float = 10.0  # difficulties shown to the rewriter on 0-10, not 0-1
-    sim_panel_rollouts: int = 4  # simulated world only: answers per panel model and child (the paper's 12 x 4)
-
-    @property
-    def children_per_round(self) -> int:
-        return self.parents * self.children_per_parent
+# The search's parameters are the config's typed and ranged ``[fill]`` section (validated before any call).
+SearchParams = FillParams
 
 
 def with_insertions(d: np.ndarray, inserted: Sequence[float]) -> np.ndarray:

@@ -62,11 +62,8 @@ class FillOptions:
 
 
 def search_params(config: RunConfig) -> SearchParams:
-    """The ``[fill]`` section of the config over the paper's defaults."""
-    try:
-        return SearchParams(**config.fill)
-    except TypeError as exc:
-        raise InputError(config.source, f"[fill]: {exc}".replace("SearchParams.__init__() ", "")) from None
+    """The ``[fill]`` section of the config over the paper's defaults (typed and ranged when the config loaded)."""
+    return config.fill
 
 
 def simulated_panel(config: RunConfig, scale: Scale) -> list[ModelConfig]:
@@ -142,7 +139,7 @@ class FillRun:
         if not opts.resume:
             self.bank.set_meta(fingerprint=fingerprint, simulated=config.simulated, config=config.model_dump(
                 mode="json", exclude={"source"}), rewriter=config.rewriter.label, judge=config.judge.label,
-                panel=[m.label for m in self.panel], params=self.params.__dict__, n_gaps=opts.n_gaps,
+                panel=[m.label for m in self.panel], params=self.params.model_dump(), n_gaps=opts.n_gaps,
                 items=str(opts.items), responses=str(opts.responses))
 
     @property

@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from benchfill.errors import InputError, from_validation_error
+from benchfill.errors import InputError, field_path
 
 Role = Literal["rewriter", "judge", "panel", "grader"]
 ROLES: tuple[Role, ...] = ("rewriter", "judge", "panel", "grader")
@@ -80,7 +80,7 @@ class ModelConfig(BaseModel):
     max_retries: int = Field(default=5, ge=0)
     backoff_initial: float = Field(default=1.0, ge=0)
     backoff_max: float = Field(default=60.0, ge=0)
-    max_concurrency: int = Field(default=8, ge=1)
+    max_concurrency: int = Field(default=8, ge=1, le=4096)
     router: dict[str, Any] = Field(default_factory=dict)
     vllm_engine: dict[str, Any] = Field(default_factory=dict)
 
@@ -91,6 +91,12 @@ class ModelConfig(BaseModel):
         if not v:
             raise ValueError("model string is empty")
         return v
+
+    @model_validator(mode="after")
+    def _backoff_ordered(self) -> "ModelConfig":
+        if self.backoff_max < self.backoff_initial:
+            raise ValueError(f"backoff_max: must be >= backoff_initial ({self.backoff_initial})")
+        return self
 
     @field_validator("params")
     @classmethod
@@ -154,6 +160,33 @@ class SimConfig(BaseModel):
     format_failure_rate: float = Field(default=0.0, ge=0, le=1)
     b_range: tuple[float, float] | None = None
 
+    @model_validator(mode="after")
+    def _range_ordered(self) -> "SimConfig":
+        if self.b_range is not None and not self.b_range[0] < self.b_range[1]:
+            raise ValueError("b_range: must be [low, high] with low < high")
+        return self
+
+
+class FillParams(BaseModel):
+    """The ``[fill]`` section: the BenchFill search's parameters, with the paper's defaults (SPEC section 4).
+    Every field is typed and ranged; a wrong one stops the command before any call (exit 2, one line)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    parents: int = Field(default=4, ge=1, le=64)
+    children_per_parent: int = Field(default=4, ge=1, le=64)
+    references: int = Field(default=16, ge=0, le=256)
+    tolerance: float = Field(default=0.01, ge=0, le=1)  # on the normalised axis d
+    max_rounds: int = Field(default=8, ge=1, le=1000)
+    seed_items: int = Field(default=16, ge=1)
+    sequential: bool = True  # recompute the gaps after each filled gap (else: a fixed list from the start)
+    display_scale: float = Field(default=10.0, gt=0)  # difficulties shown to the rewriter on 0-10, not 0-1
+    sim_panel_rollouts: int = Field(default=4, ge=1, le=1000)  # simulated world only: answers per model and child
+
+    @property
+    def children_per_round(self) -> int:
+        return self.parents * self.children_per_parent
+
 
 def apply_role_defaults(data: Any, roles: tuple[str, ...], role_lists: tuple[str, ...]) -> Any:
     """Merge a config's ``[defaults]`` table into every role table (a role's own value wins) and drop it."""
@@ -180,7 +213,7 @@ class RunConfig(BaseModel):
     """A whole run: the four roles, prompt overrides, the simulated world and the search's own section.
 
     ``defaults`` (a table) fills every role's missing fields, so a 12-model panel need not repeat
-    ``api_base`` or ``timeout``. ``fill`` is left open for the BenchFill search to define.
+    ``api_base`` or ``timeout``. ``fill`` holds the BenchFill search's parameters (:class:`FillParams`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -191,7 +224,7 @@ class RunConfig(BaseModel):
     grader: ModelConfig | None = None
     prompts: dict[str, str] = Field(default_factory=dict)
     sim: SimConfig | None = None
-    fill: dict[str, Any] = Field(default_factory=dict)
+    fill: FillParams = Field(default_factory=FillParams)
     seed: int = 0
     source: str = "<memory>"
 
@@ -303,11 +336,45 @@ def load_config(path: str | Path) -> RunConfig:
 
 
 def config_from_dict(data: dict[str, Any], source: str = "<memory>") -> RunConfig:
-    """Build a :class:`RunConfig` from a mapping (what a TOML / YAML file holds)."""
+    """Build a :class:`RunConfig` from a mapping (what a TOML / YAML file holds); the first problem -> one
+    InputError line naming the field as written: ``[fill].parents: must be >= 1``."""
     try:
         return RunConfig.model_validate({**data, "source": source})
     except ValidationError as exc:
-        raise from_validation_error(source, exc) from None
+        raise config_error(source, exc) from None
+
+
+_SECTIONS = {"rewriter", "judge", "grader", "sim", "fill", "prompts", "defaults"}
+_BOUNDS = (("greater than or equal to", ">="), ("less than or equal to", "<="), ("greater than", ">"),
+           ("less than", "<"))
+
+
+def config_error(source: str, exc: ValidationError) -> InputError:
+    """A config's first validation error as one line: the field (``[fill].parents``, ``panel[3].temperature``)
+    and the rule in plain words (``must be >= 1``, ``must be an integer (got 'four')``)."""
+    err = exc.errors()[0]
+    loc = tuple(err.get("loc", ()))
+    where = field_path(loc)
+    if loc and loc[0] in _SECTIONS:
+        rest = field_path(loc[1:], top="")
+        where = f"[{loc[0]}]" + (f".{rest}" if rest and not rest.startswith("[") else rest)
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    kind = str(err.get("type", ""))
+    got = err.get("input")
+    for phrase, op in _BOUNDS:
+        if msg.startswith(f"Input should be {phrase} "):
+            msg = f"must be {op} {msg.removeprefix(f'Input should be {phrase} ')}"
+            break
+    else:
+        if kind == "extra_forbidden":
+            msg = "unknown field"
+        elif kind == "missing":
+            msg = "required, missing"
+        elif kind.startswith(("int_", "float_", "bool_", "string_", "dict_", "list_", "tuple_")):
+            want = {"int": "an integer", "float": "a number", "bool": "true or false", "string": "a string",
+                    "dict": "a table", "list": "a list", "tuple": "a list"}[kind.split("_")[0]]
+            msg = f"must be {want} (got {got!r})" if not isinstance(got, (dict, list)) else f"must be {want}"
+    return InputError(str(source), f"{where}: {msg}")
 
 
 # ----------------------------------------------------------------------------------------------- validation
