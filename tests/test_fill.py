@@ -410,3 +410,23 @@ def test_a_bad_fill_setting_stops_before_any_call_with_one_line(tmp_path, bench,
     lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].endswith(f"{cfg}: {line}"), lines
     assert stub.calls == 0 and not out.exists()
+
+
+@pytest.mark.slow
+def test_a_kill_during_start_up_leaves_a_folder_that_resume_continues(tmp_path, bench):
+    items, resp = bench
+    cfg = write_config(tmp_path, max_rounds=2)
+    base = ["fill", str(items), "--responses", str(resp), "--config", str(cfg), "--sampler", "map", "--models", "6",
+            "--gaps", "1"]
+    ref = _cli(base + ["--out", str(tmp_path / "ref")])
+    assert ref.returncode == 0, ref.stderr
+    for point in ("start", "diagnosis"):  # right after the bank exists; inside the IRT diagnosis
+        out = tmp_path / point
+        crashed = _cli(base + ["--out", str(out)], {"BENCHFILL_CRASH_AT": point})
+        assert crashed.returncode == 137, crashed.stderr[-500:]
+        assert (out / "memory.sqlite").exists()
+        again = _cli(base + ["--out", str(out)])  # without --resume: one clear line
+        assert again.returncode == 2 and "a run already exists in this folder: add --resume" in again.stderr
+        resumed = _cli(base + ["--out", str(out), "--resume"])
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        assert _chosen(out) == _chosen(tmp_path / "ref"), point

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from benchfill.data import Item, load_panel
 from benchfill.diagnostics.report import Diagnosis, diagnose
 from benchfill.errors import InputError
-from benchfill.graphs.fill import FillContext, FillState, run_search
+from benchfill.graphs.fill import CRASH_ENV, FillContext, FillState, run_search
 from benchfill.graphs.policy import SearchParams, oracle_insertions, top_k_reduction
 from benchfill.io import atomic_write_json, atomic_write_text
 from benchfill.irt.model import IRTSpec, SamplerSettings
@@ -59,6 +59,15 @@ class FillOptions:
         return {"items": digest(self.items), "responses": digest(self.responses), "config": digest(self.config),
                 "models": self.models, "models_file": digest(self.models_file), "n_gaps": self.n_gaps,
                 "sampler": self.sampler, "seed": self.seed}
+
+
+def _crash_point(name: str) -> None:
+    """Test hook for the start-up (like the nodes' ``maybe_crash``): BENCHFILL_CRASH_AT=start or =diagnosis exits
+    at once, as kill -9 would, after the bank was created or while the diagnosis is being written."""
+    import os
+
+    if os.environ.get(CRASH_ENV, "").partition(":")[0] == name:
+        os._exit(137)
 
 
 def search_params(config: RunConfig) -> SearchParams:
@@ -103,12 +112,21 @@ class FillRun:
             opts = self.opts = replace(opts, resume=False)  # nothing to continue: --resume starts the run
         responses, items = load_panel(opts.responses, opts.items, opts.models, opts.models_file)
         assert items is not None
-        self.bank = MemoryBank(memory_path)
         fingerprint = opts.fingerprint()
         if opts.resume:
+            self.bank = MemoryBank(memory_path)
             if self.bank.meta("fingerprint") != fingerprint:
                 raise InputError(str(self.out), "--resume: the items, responses, config or options differ from the "
                                                 "run in this folder")
+        else:
+            # the bank and its fingerprint come into being together (an atomic rename), before the diagnosis:
+            # a kill at any instant of the start leaves either no run or a run that --resume continues
+            self.bank = MemoryBank.create(
+                memory_path, fingerprint=fingerprint, simulated=config.simulated,
+                config=config.model_dump(mode="json", exclude={"source"}), rewriter=config.rewriter.label,
+                judge=config.judge.label, params=self.params.model_dump(), n_gaps=opts.n_gaps,
+                items=str(opts.items), responses=str(opts.responses))
+        _crash_point("start")
         self.diagnosis, self.scale = self._diagnosis(responses, items)
         by_id = {it.id: it for it in items}
         self.items: list[Item] = [by_id[i] for i in self.scale.item_ids]
@@ -136,11 +154,7 @@ class FillRun:
             bank=self.bank, client=self.client, prompts=PromptLibrary.from_config(config),
             label_dir=self.out / "labels", on_event=on_event,
         )
-        if not opts.resume:
-            self.bank.set_meta(fingerprint=fingerprint, simulated=config.simulated, config=config.model_dump(
-                mode="json", exclude={"source"}), rewriter=config.rewriter.label, judge=config.judge.label,
-                panel=[m.label for m in self.panel], params=self.params.model_dump(), n_gaps=opts.n_gaps,
-                items=str(opts.items), responses=str(opts.responses))
+        self.bank.set_meta(panel=[m.label for m in self.panel])  # an upsert: the same on every start
 
     @property
     def simulated(self) -> bool:
@@ -160,6 +174,7 @@ class FillRun:
         spec = IRTSpec.for_items(responses.item_ids, items)
         dg, fit = diagnose(responses, spec, SamplerSettings(method=method, seed=self.opts.seed))
         scale = Scale.from_fit(fit, source=str(self.opts.responses))
+        _crash_point("diagnosis")
         dg.files = {"json": str(json_path), "png": str(self.out / "diagnosis.png"), "scale": str(scale_path)}
         scale.save(scale_path)
         plot_diagnosis(dg, self.out / "diagnosis.png")

@@ -8,6 +8,7 @@ same rows instead of adding new ones.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -73,6 +74,31 @@ class MemoryBank:
         if not t("reviews").exists():
             t("reviews").create({"candidate": str, "reviewer": str, "decision": str, "note": str, "at": float},
                                 pk=("candidate", "reviewer"))
+
+    @classmethod
+    def create(cls, path: str | Path, **meta: Any) -> "MemoryBank":
+        """Create the bank with its run metadata (the fingerprint) in one step: it is built under a temporary name
+        and renamed into place, so ``path`` either does not exist or holds a complete, fingerprinted start — a kill
+        at any instant leaves a folder that ``--resume`` continues or that starts afresh."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for stale in path.parent.glob(f".{path.name}.creating-*"):  # a start killed before its rename
+            stale.unlink(missing_ok=True)
+        tmp = path.parent / f".{path.name}.creating-{os.getpid()}"
+        bank = cls(tmp)
+        bank.set_meta(**meta)
+        bank.close()
+        for suffix in ("-wal", "-shm"):
+            Path(f"{tmp}{suffix}").unlink(missing_ok=True)
+        os.replace(tmp, path)
+        return cls(path)
+
+    def close(self) -> None:
+        try:
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error:  # pragma: no cover - another connection holds the file; the WAL stays valid
+            pass
+        self.db.conn.close()
 
     # ---- run metadata -------------------------------------------------------------------------------------
     def set_meta(self, **values: Any) -> None:
