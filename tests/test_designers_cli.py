@@ -97,6 +97,9 @@ def test_card_then_run_then_rerun(tiny):
     assert rows["alpha"]["n_core"] > 0 and report["seed"]["n_items"] == 6
     assert report["plan"]["counts"]["format"] == {"numeric": 4, "mcq": 2, "math": 2}
     assert report["plan"]["counts"]["difficulty"] == {"L1": 3, "L3": 3, "L5": 2}
+    # shares summing to 3 are normalised, with one warning line
+    assert "warning:" in res.output and "difficulty: shares sum to 3, not 1" in " ".join(res.output.split())
+    assert "calibration by requested level" in res.output and "residual" not in res.output
     # the rerun pays nothing and says so
     res = invoke(*args)
     assert res.exit_code == 0, res.output
@@ -168,3 +171,20 @@ def test_failed_calls_are_not_the_designers_fault_and_are_retried(tiny, tmp_path
                                                  ""))
     with pytest.raises(InputError, match="every designer call failed"):
         run_designers(card, tiny / "q.yaml", only_down, tmp_path / "out2", seed_responses=tmp_path / "seed.csv")
+
+
+def test_unknown_quota_category_is_one_line_exit_2(tiny, tmp_path):
+    card = tmp_path / "card.yaml"
+    assert invoke("designers", "card", str(tiny / "items.jsonl"), "--out", str(card)).exit_code == 0
+    import yaml
+
+    known = [c["name"] for c in yaml.safe_load(card.read_text())["ontology"]]
+    q = tmp_path / "q.yaml"
+    q.write_text("total: 8\nsuper_categories: {Algebar: 1}\n")
+    res = runner.invoke(app, ["designers", "run", "--card", str(card), "--quotas", str(q), "--config",
+                              str(tiny / "cfg.toml"), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert len(lines) == 1, res.output
+    assert "unknown category 'Algebar'" in lines[0] and all(k in lines[0] for k in known)
+    assert not (tmp_path / "o" / "calls.sqlite").exists()  # no call made

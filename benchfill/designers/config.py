@@ -72,6 +72,13 @@ class SimDesignerConfig(BaseModel):
         duplicate_rate: share of items that repeat the previous stem of the batch.
         malformed_rate: share of replies that are not JSON at all.
         off_spec_rate: share of items written to a random other spec (category / format / level / intent).
+        mislabel_rate: share of items written at a random level (uniform L1-L5) while declaring the requested one
+            (the calibration slope shrinks by this share).
+        item_slope: the 2PL discrimination a of its items: P = c + (1 - c) sigmoid(a (theta + bonus - b)).
+        negative_rate: share of items with slope -a (the stronger answerers do worse: negative discrimination).
+        judge_favour: share of this designer's flawed items that reach the judge and are called clean (a judge
+            biased toward this designer); ``judge_harshness``: share of its clean items that reach the judge and
+            are called ``not_well_posed``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -81,7 +88,7 @@ class SimDesignerConfig(BaseModel):
         "missing_answer": 1.0, "bad_options": 1.0, "gold_not_in_options": 1.0, "gold_incorrect": 1.0,
         "ambiguous": 1.0, "not_well_posed": 1.0})
     difficulty_shift: float = 0.0
-    level_slope: float = Field(default=0.6, ge=0)
+    level_slope: float = 0.6  # < 0: inverted calibration (L5 items are the easiest)
     difficulty_noise: float = Field(default=0.5, ge=0)
     noise_rate: float = Field(default=0.0, ge=0, le=1)
     family_bonus: float = 0.0
@@ -89,6 +96,11 @@ class SimDesignerConfig(BaseModel):
     duplicate_rate: float = Field(default=0.0, ge=0, le=1)
     malformed_rate: float = Field(default=0.0, ge=0, le=1)
     off_spec_rate: float = Field(default=0.0, ge=0, le=1)
+    mislabel_rate: float = Field(default=0.0, ge=0, le=1)
+    item_slope: float = Field(default=1.0, gt=0)
+    negative_rate: float = Field(default=0.0, ge=0, le=1)
+    judge_favour: float = Field(default=0.0, ge=0, le=1)
+    judge_harshness: float = Field(default=0.0, ge=0, le=1)
 
     @field_validator("flaw_mix")
     @classmethod

@@ -12,6 +12,9 @@ Model, for answerer a and item i of group g (a designer, or ``seed``)::
 - ``gamma_k`` are interaction effects on the logit scale (e.g. a designer's items x its own answerer), adjusted for
   answerer ability and item difficulty: preference estimates that do not move with how hard a designer writes or
   how strong an answerer is (the accuracy-scale difference in differences does).
+- With ``slopes=True`` each group has a 2PL slope a_g (eta = a_g (theta - b) + interactions; the geometric mean
+  of the a_g is 1): a designer whose items separate strong from weak answerers more sharply has a larger a_g, and
+  pure-noise or negative-discrimination items pull it toward 0.
 - The answerers' mean theta is 0 (a location constraint); c = 1/k for multiple choice.
 
 Each item's b is integrated out (Gauss-Hermite, ``nodes`` points), so only theta, mu, beta, log sigma and gamma are
@@ -46,6 +49,8 @@ class GroupEffect:
     mean: float
     mean_se: float
     sigma: float
+    slope: float | None = None  # designer-level 2PL slope a (with ``slopes=True``)
+    slope_se: float | None = None
 
     def as_dict(self, z: float = 1.959964) -> dict[str, Any]:
         def f(x: float | None) -> float | None:
@@ -58,7 +63,7 @@ class GroupEffect:
                             if self.beta is not None and self.beta_se is not None else None),
                 "mean": f(self.mean), "mean_se": f(self.mean_se),
                 "mean_ci": [f(self.mean - z * self.mean_se), f(self.mean + z * self.mean_se)],
-                "sigma": f(self.sigma)}
+                "sigma": f(self.sigma), "slope": f(self.slope), "slope_se": f(self.slope_se)}
 
 
 @dataclass
@@ -77,8 +82,10 @@ class JointFit:
     p_full: np.ndarray = field(repr=False)  # (J, I) fitted P(correct)
 
     def info(self) -> dict[str, Any]:
-        return {"model": "1PL (c = 1/k for multiple choice) with designer-level b ~ N(mu + beta (L - 3), sigma) "
-                         "and logit interactions; marginal ML (Gauss-Hermite), Wald intervals",
+        slopes = any(g.slope is not None for g in self.groups.values())
+        return {"model": ("2PL with a designer-level slope a_g" if slopes else "1PL")
+                         + " (c = 1/k for multiple choice), designer-level b ~ N(mu + beta (L - 3), sigma) and "
+                           "logit interactions; marginal ML (Gauss-Hermite), Wald intervals",
                 "converged": self.converged, "iterations": self.iterations,
                 "theta": {a: float(v) for a, v in zip(self.answerers, self.theta)},
                 "theta_se": {a: float(v) for a, v in zip(self.answerers, self.theta_se)}}
@@ -94,7 +101,7 @@ def _p(eta: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def fit_joint(n_correct: np.ndarray, n_trials: np.ndarray, groups: Sequence[str], *,
               levels: Sequence[float | None] | None = None, guessing: np.ndarray | None = None,
               interactions: Mapping[str, np.ndarray] | None = None, answerers: Sequence[str] | None = None,
-              nodes: int = 31) -> JointFit:
+              nodes: int = 31, slopes: bool = False) -> JointFit:
     """Fit the joint model by marginal maximum likelihood.
 
     Args:
@@ -105,6 +112,8 @@ def fit_joint(n_correct: np.ndarray, n_trials: np.ndarray, groups: Sequence[str]
         interactions: name -> (J, I) 0/1 design matrix X_k.
         answerers: names of the J rows.
         nodes: Gauss-Hermite points per item.
+        slopes: also fit a designer-level 2PL slope a_g (eta = a_g (theta - b) + interactions), the geometric mean
+            over groups fixed at 1 (the scale).
     """
     y = np.asarray(n_correct, float)
     n = np.asarray(n_trials, float)
@@ -125,9 +134,10 @@ def fit_joint(n_correct: np.ndarray, n_trials: np.ndarray, groups: Sequence[str]
     z, wq = np.polynomial.hermite_e.hermegauss(nodes)
     logw = np.log(wq / wq.sum())
     Q = len(z)
-    # parameters: theta (J), mu (G), beta (nB), log sigma (G), gamma (K)
+    # parameters: theta (J), mu (G), beta (nB), log sigma (G), gamma (K), log a (G if slopes)
     o_m, o_b, o_s, o_g = J, J + G, J + G + nB, J + 2 * G + nB
-    P = o_g + K
+    o_a = o_g + K
+    P = o_a + (G if slopes else 0)
     lam = 100.0  # location: 0.5 * lam * (sum theta)^2 (mean theta = 0)
     prior_ls = 0.25  # log sigma ~ N(0, 2^2): keeps a tiny group's sigma finite
     prec_g = 1e-2  # gamma ~ N(0, 10^2): keeps a non-identified interaction finite
@@ -137,15 +147,17 @@ def fit_joint(n_correct: np.ndarray, n_trials: np.ndarray, groups: Sequence[str]
         th, mu = v[:J], v[o_m:o_b]
         be = np.zeros(G)
         be[has_beta] = v[o_b:o_s]
-        return th, mu, be, v[o_s:o_g], v[o_g:]
+        la = v[o_a:] if slopes else np.zeros(G)
+        return th, mu, be, v[o_s:o_g], v[o_g:o_a], la
 
     def parts(v: np.ndarray):
-        th, mu, be, ls, ga = unpack(v)
+        th, mu, be, ls, ga, la = unpack(v)
         sig = np.exp(ls)
+        ag = np.exp(la)[gi]  # (I,) slope of each item's group
         m = mu[gi] + be[gi] * beta_x  # (I,)
         bq = m[None, :] + sig[gi][None, :] * z[:, None]  # (Q, I)
-        base = th[:, None] + (np.tensordot(ga, X, axes=1) if K else 0.0)  # (J, I)
-        eta = base[None] - bq[:, None, :]  # (Q, J, I)
+        inter = np.tensordot(ga, X, axes=1) if K else 0.0  # (J, I)
+        eta = ag * (th[:, None, None].transpose(1, 0, 2) - bq[:, None, :]) + inter  # (Q, J, I)
         p, dp = _p(eta, c)
         ll = (y * np.log(p) + (n - y) * np.log1p(-p)).sum(1)  # (Q, I)
         a = ll + logw[:, None]
@@ -153,24 +165,27 @@ def fit_joint(n_correct: np.ndarray, n_trials: np.ndarray, groups: Sequence[str]
         li = amax + np.log(np.exp(a - amax).sum(0))  # (I,)
         post = np.exp(a - li)  # (Q, I)
         r = (y / p - (n - y) / (1 - p)) * dp  # (Q, J, I) d ll / d eta
-        return th, mu, be, ls, ga, sig, bq, li, post, r
+        return th, mu, be, ls, ga, la, ag, sig, bq, li, post, r
 
     def objective(v: np.ndarray):
-        th, mu, be, ls, ga, sig, bq, li, post, r = parts(v)
+        th, mu, be, ls, ga, la, ag, sig, bq, li, post, r = parts(v)
         f = -li.sum() + 0.5 * lam * th.sum() ** 2 + 0.5 * prior_ls * ls @ ls + 0.5 * prec_g * ga @ ga \
-            + 0.5 * 1e-4 * (th @ th + mu @ mu)
+            + 0.5 * 1e-4 * (th @ th + mu @ mu) + (0.5 * lam * la.sum() ** 2 + 0.5 * la @ la if slopes else 0.0)
         rp = (post[:, None, :] * r)  # (Q, J, I)
         r_ai = rp.sum(0)  # (J, I): E_post[d ll / d eta]
         r_iq = rp.sum(1)  # (Q, I)
-        d_eta_i = r_ai.sum(0)  # (I,) sum over answerers
+        d_eta_i = r_ai.sum(0) * ag  # (I,) sum over answerers, times the slope
         g = np.zeros(P)
-        g[:J] = -r_ai.sum(1) + lam * th.sum() + 1e-4 * th
+        g[:J] = -(r_ai * ag).sum(1) + lam * th.sum() + 1e-4 * th
         g[o_m:o_b] = np.bincount(gi, d_eta_i, G) + 1e-4 * mu  # d eta / d mu = -1, and f = -ll
         if nB:
             g[o_b:o_s] = np.bincount(gi, d_eta_i * beta_x, G)[has_beta]
-        g[o_s:o_g] = np.bincount(gi, (r_iq * z[:, None]).sum(0) * sig[gi], G) + prior_ls * ls
+        g[o_s:o_g] = np.bincount(gi, (r_iq * z[:, None]).sum(0) * sig[gi] * ag, G) + prior_ls * ls
         if K:
-            g[o_g:] = -np.tensordot(X, r_ai, axes=([1, 2], [0, 1])) + prec_g * ga
+            g[o_g:o_a] = -np.tensordot(X, r_ai, axes=([1, 2], [0, 1])) + prec_g * ga
+        if slopes:
+            term = th @ r_ai - (bq * r_iq).sum(0)  # (I,) E_post[sum_a r (theta_a - b)]
+            g[o_a:] = -np.bincount(gi, term * ag, G) + lam * la.sum() + la  # log a ~ N(0, 1)
         return f, g
 
     acc = (y.sum(0) + 0.5) / (n.sum(0) + 1.0)
@@ -191,7 +206,7 @@ def fit_joint(n_correct: np.ndarray, n_trials: np.ndarray, groups: Sequence[str]
     H = 0.5 * (H + H.T)
     cov = np.linalg.pinv(H, hermitian=True)
     se = np.sqrt(np.clip(np.diag(cov), 0, None))
-    th, mu, be, ls, ga, sig, bq, li, post, r = parts(v)
+    th, mu, be, ls, ga, la, ag, sig, bq, li, post, r = parts(v)
     b_mean = (post * bq).sum(0)
     b_sd = np.sqrt(np.clip((post * bq ** 2).sum(0) - b_mean ** 2, 0, None))
     out_groups = {}
@@ -207,10 +222,12 @@ def fit_joint(n_correct: np.ndarray, n_trials: np.ndarray, groups: Sequence[str]
             beta, beta_se = float(be[g]), float(se[ib])
         out_groups[name] = GroupEffect(name, int(members.sum()), float(mu[g]), float(se[im]), beta, beta_se,
                                        float(mu[g] + be[g] * xbar), float(math.sqrt(max(var_mean, 0.0))),
-                                       float(sig[g]))
-    base = th[:, None] + (np.tensordot(ga, X, axes=1) if K else 0.0)
-    p_full, _ = _p(base - b_mean[None], c)
-    p_main, _ = _p(th[:, None] - b_mean[None], c)
+                                       float(sig[g]),
+                                       float(np.exp(la[g])) if slopes else None,
+                                       float(np.exp(la[g]) * se[o_a + g]) if slopes else None)
+    inter = np.tensordot(ga, X, axes=1) if K else 0.0
+    p_full, _ = _p(ag * (th[:, None] - b_mean[None]) + inter, c)
+    p_main, _ = _p(ag * (th[:, None] - b_mean[None]), c)
     return JointFit(list(answerers) if answerers is not None else [f"a{j}" for j in range(J)], th, se[:J],
                     b_mean, b_sd, out_groups, {k: float(ga[i]) for i, k in enumerate(knames)},
                     {k: float(se[o_g + i]) for i, k in enumerate(knames)}, bool(res.success), int(res.nit),

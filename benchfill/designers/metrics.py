@@ -411,7 +411,7 @@ def interaction_masks(inp: JointInputs) -> tuple[dict[str, np.ndarray], list[tup
     return masks, terms
 
 
-def joint_fit(inp: JointInputs, *, with_interactions: bool = True):
+def joint_fit(inp: JointInputs, *, with_interactions: bool = True, slopes: bool = True):
     """The joint item-level fit (:func:`benchfill.designers.joint.fit_joint`) of every designer's core items (and
     the seed items) with designer-level difficulty, calibration slope and the preference interactions."""
     from benchfill.designers.joint import fit_joint
@@ -432,7 +432,7 @@ def joint_fit(inp: JointInputs, *, with_interactions: bool = True):
     t = np.concatenate(ts, axis=1)
     masks, _ = interaction_masks(inp) if with_interactions else ({}, [])
     return fit_joint(c, t, groups, levels=levels, guessing=np.concatenate(guess) if guess else None,
-                     interactions=masks, answerers=inp.answerers)
+                     interactions=masks, answerers=inp.answerers, slopes=slopes)
 
 
 def preference_tests_logit(inp: JointInputs, fit: Any, *, alpha: float = 0.05) -> list[Preference]:

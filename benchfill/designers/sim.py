@@ -7,9 +7,12 @@ changes none) so the real pipeline — prompts, cache, re-asks, grading, checks,
   prompt asks for. Planted per designer (``[sim.designers.<name>]``, :class:`SimDesignerConfig`): a broken-item
   rate split over flaw kinds (static: missing answer, wrong option count, gold not among the options; dynamic:
   gold incorrect, ambiguous, not well posed), a difficulty skew, pure-noise items (no discrimination), duplicate
-  stems, whole replies that are not JSON, off-spec items, and a *style* that gives its own answerer
-  (``self_bonus``) and its family's answerers (``family_bonus``) a logit bonus on its items.
-- ``panel`` on a designed item: correct with probability c + (1 - c) sigmoid(theta + bonus - b), c = 1/k for
+  stems, whole replies that are not JSON, off-spec items, a *style* that gives its own answerer
+  (``self_bonus``) and its family's answerers (``family_bonus``) a logit bonus on its items, inverted calibration
+  (``level_slope`` < 0), mislabelled levels (``mislabel_rate``), 2PL slopes (``item_slope``), negative-
+  discrimination items (``negative_rate``) and a judge biased for or against it (``judge_favour``,
+  ``judge_harshness``).
+- ``panel`` on a designed item: correct with probability c + (1 - c) sigmoid(a (theta + bonus - b)), c = 1/k for
   k-option multiple choice; a correct answer gives the item's TRUE answer (so a wrong gold marks the panel
   wrong), an ambiguous item's correct answer is either defensible answer, a not-well-posed item gets guesses.
 - ``item_judge``: the planted truth (optionally wrong at ``judge_error_rate``).
@@ -141,6 +144,8 @@ class DesignerSimWorld(SimWorld):
         if fmt == "open":
             fmt = "short"  # the simulated panel answers open items like short ones
         lv = int(level[1]) if re.fullmatch(r"L[1-5]", level) else 3
+        if cfg.mislabel_rate and rng.random() < cfg.mislabel_rate:
+            lv = int(rng.integers(1, 6))  # written at another level than the one it declares
         b = cfg.difficulty_shift + cfg.level_slope * (lv - 3) + cfg.difficulty_noise * float(rng.standard_normal())
         b += 0.3 if intent == "adversarial" else 0.0
         flaw = "none"
@@ -149,6 +154,7 @@ class DesignerSimWorld(SimWorld):
             w = np.array([cfg.flaw_mix[k] for k in kinds], float)
             flaw = str(kinds[int(rng.choice(len(kinds), p=w / w.sum()))])
         noise = bool(rng.random() < cfg.noise_rate)
+        slope = cfg.item_slope * (-1.0 if cfg.negative_rate and rng.random() < cfg.negative_rate else 1.0)
         words = [str(w) for w in rng.choice(_VOCAB, size=9, replace=False)]
         x, y = (int(v) for v in rng.integers(2, 90, size=2))
         truth_value = x + y
@@ -196,7 +202,7 @@ class DesignerSimWorld(SimWorld):
         if flaw == "bad_options" and fmt != "mcq":
             out["choices"] = [out.get("answer", "1")]  # a single option: wrong option count
         out["sim"] = {"designer": name, "latent_b": round(b, 4), "flaw": flaw, "truth": truth, "alt": alt,
-                      "noise": noise, "format": fmt}
+                      "noise": noise, "format": fmt, "slope": slope, "written_level": lv}
         return out
 
     # ------------------------------------------------------------------------------------------- panel
@@ -228,7 +234,8 @@ class DesignerSimWorld(SimWorld):
             correct = u < 0.5  # a coin flip, whatever the ability: no discrimination
         else:
             c = 1.0 / k if k else 0.0
-            z = self.theta(model) + self.bonus(name, str(truth.get("designer"))) - float(truth.get("latent_b", 0.0))
+            z = float(truth.get("slope", 1.0)) * (self.theta(model) + self.bonus(name, str(truth.get("designer")))
+                                                  - float(truth.get("latent_b", 0.0)))
             correct = u < c + (1 - c) * _sigmoid(z)
         shown = str(truth.get("truth"))
         if correct and truth.get("alt") and _u(self.seed, "alt", model, key) < 0.5:
@@ -243,6 +250,13 @@ class DesignerSimWorld(SimWorld):
         flaw = truth.get("flaw", "none") if isinstance(truth, dict) else "none"
         verdict = {"gold_incorrect": "gold_incorrect", "ambiguous": "ambiguous", "none": "clean"}.get(
             flaw, "not_well_posed")
+        cfg = self.designers.get(str(truth.get("designer"))) if isinstance(truth, dict) else None
+        if cfg is not None:  # a judge biased for (or against) this designer
+            if flaw != "none" and cfg.judge_favour and _u(self.seed, "judge-favour", name, key) < cfg.judge_favour:
+                verdict = "clean"
+            elif flaw == "none" and cfg.judge_harshness and \
+                    _u(self.seed, "judge-harsh", name, key) < cfg.judge_harshness:
+                verdict = "not_well_posed"
         if self.judge_error_rate and _u(self.seed, "judge-error", name, key) < self.judge_error_rate:
             others = [v for v in ("clean", "not_well_posed", "gold_incorrect", "ambiguous") if v != verdict]
             verdict = others[int(_u(self.seed, "judge-pick", name, key) * len(others)) % len(others)]
