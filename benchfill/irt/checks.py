@@ -103,23 +103,57 @@ def check_r3_misfit(responses: ResponseMatrix) -> Check:
     )
 
 
-def check_r4_ppc(responses: ResponseMatrix, fit: IRTFit, n_rep: int = 400, seed: int = 0) -> Check:
+def _ppc_probability(theta: np.ndarray, b: np.ndarray, a: np.ndarray | None, c: np.ndarray | None) -> np.ndarray:
+    """(R, J, I) float32 P(correct) for R draws: theta (R, J), b (R, I), a (R, I) or None, c (R, I) / (I,) / None."""
+    z = theta[:, :, None].astype(np.float32) - b[:, None, :].astype(np.float32)
+    if a is not None:
+        z *= a[:, None, :].astype(np.float32)
+    np.negative(z, out=z)
+    np.exp(z, out=z)
+    z += np.float32(1.0)
+    p = np.reciprocal(z, out=z)
+    if c is not None:
+        cc = np.asarray(c, dtype=np.float32)
+        cc = cc[:, None, :] if cc.ndim == 2 else cc[None, None, :]
+        p *= np.float32(1.0) - cc
+        p += cc
+    return p
+
+
+def check_r4_ppc(responses: ResponseMatrix, fit: IRTFit, n_rep: int = 400, seed: int = 0,
+                 budget: int = 8_000_000) -> Check:
     """R4: posterior predictive check of per-model accuracy and per-item pass rate: the share of models and items
-    whose observed figure lies outside the central 95 % of its posterior predictive distribution."""
+    whose observed figure lies outside the central 95 % of its posterior predictive distribution.
+
+    Replicates are simulated in blocks of draws (at most ``budget`` cells at a time) in float32; a binary cell
+    (n_trials = 1) is one uniform compared with its probability, other cells binomial draws."""
     rng = np.random.default_rng(seed)
     theta, b = fit.flat("theta"), fit.flat("b")
     a = fit.flat("a") if fit.a is not None else None
     c = fit.flat("c") if fit.c is not None else (None if fit.spec.guessing is None else np.asarray(fit.spec.guessing))
+    if c is not None and c.ndim == 1 and not np.any(c > 0):
+        c = None
     draws = rng.choice(len(b), size=n_rep, replace=len(b) < n_rep)  # a MAP fit replicates its one point
     n = responses.n_trials
-    model_stats, item_stats = [], []
-    for s in draws:
-        p = probability(theta[s][:, None], b[s][None, :], None if a is None else a[s][None, :],
-                        None if c is None else (c[s] if c.ndim == 2 else c)[None, :])
-        y = rng.binomial(n, p)
-        model_stats.append(y.sum(1) / np.maximum(n.sum(1), 1))
-        item_stats.append(y.sum(0) / np.maximum(n.sum(0), 1))
-    ms, its = np.array(model_stats), np.array(item_stats)
+    J, I = n.shape
+    binary = bool(np.all(n <= 1))
+    n_model = np.maximum(n.sum(1), 1).astype(float)
+    n_item = np.maximum(n.sum(0), 1).astype(float)
+    ms = np.empty((n_rep, J))
+    its = np.empty((n_rep, I))
+    step = max(1, budget // max(1, J * I))
+    for r0 in range(0, n_rep, step):
+        s = draws[r0 : r0 + step]
+        cs = None if c is None else (c[s] if c.ndim == 2 else c)
+        p = _ppc_probability(theta[s], b[s], None if a is None else a[s], cs)
+        if binary:
+            y = rng.random(p.shape, dtype=np.float32) < p
+            y &= n[None, :, :] > 0
+            y = y.view(np.int8)
+        else:
+            y = rng.binomial(n[None, :, :], p.astype(float))
+        ms[r0 : r0 + len(s)] = y.sum(2, dtype=np.int64) / n_model
+        its[r0 : r0 + len(s)] = y.sum(1, dtype=np.int64) / n_item
 
     def outside(sim: np.ndarray, obs: np.ndarray) -> np.ndarray:
         lo, hi = np.quantile(sim, [0.025, 0.975], axis=0)
@@ -136,28 +170,92 @@ def check_r4_ppc(responses: ResponseMatrix, fit: IRTFit, n_rep: int = 400, seed:
     )
 
 
-def convergence_summary(fit: IRTFit) -> dict[str, float]:
-    """Max R-hat and min bulk / tail ESS over every sampled parameter (ArviZ's rank-normalised versions)."""
-    import arviz as az
+MAX_CHECKED_DIFFICULTIES = 4000  # above this many items, R-hat / ESS of b are computed per likelihood key
 
-    data = {"theta": fit.theta, "b": fit.b}
+
+def _difficulties_to_check(responses: ResponseMatrix, fit: IRTFit, limit: int | None) -> np.ndarray:
+    """Item indices whose b chains enter M1 / M2: all of them up to ``limit``; beyond it, per likelihood key
+    (items with the same counts from the same models, and the same guessing rate, share one posterior, so their
+    chains differ only by Monte Carlo noise) the first items of every key, at least one per key, as many per key
+    as keeps the total within ``limit``."""
+    I = len(fit.item_ids)
+    if limit is None or I <= limit:
+        return np.arange(I)
+    n, y = responses.n_trials, np.where(responses.n_trials > 0, responses.n_correct, 0)
+    g = fit.spec.guessing
+    if fit.spec.kind == "1pl" and not fit.spec.estimate_guessing and (g is None or not np.any(np.asarray(g) > 0)):
+        cols = np.concatenate([n.T, y.sum(0)[:, None]], axis=1)  # (n_i, r_i): the 1PL's sufficient statistic
+    else:
+        gcol = np.zeros((I, 1)) if g is None else np.asarray(g, dtype=float).reshape(I, 1)
+        cols = np.concatenate([gcol, n.T, y.T], axis=1)
+    _, key = np.unique(cols, axis=0, return_inverse=True)
+    key = key.reshape(-1)
+    order = np.argsort(key, kind="stable")
+    first = np.searchsorted(key[order], key[order], side="left")
+    rank_in_key = np.arange(I) - first  # 0 for a key's first item, 1 for its second, ...
+    lo, hi = 1, I  # the largest per-key count whose total stays within the limit (at least one per key)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if np.sum(rank_in_key < mid) <= limit else (lo, mid - 1)
+    per_key = lo
+    return np.sort(order[rank_in_key < per_key])
+
+
+def convergence_summary(fit: IRTFit, method: str = "fast", responses: ResponseMatrix | None = None,
+                        max_difficulties: int | None = MAX_CHECKED_DIFFICULTIES) -> dict[str, Any]:
+    """Max R-hat and min bulk / tail ESS over the sampled parameters (rank-normalised, Vehtari et al. 2021).
+
+    ``method="fast"``: :mod:`benchfill.irt.convergence`, all parameters at once (the same numbers as ArviZ);
+    with ``responses`` and more than ``max_difficulties`` items, the difficulties are checked per likelihood key
+    (see :func:`_difficulties_to_check`). ``method="arviz"``: ArviZ, every parameter, one at a time (slow)."""
+    if method == "arviz":
+        import arviz as az
+
+        data = {"theta": fit.theta, "b": fit.b}
+        if fit.a is not None:
+            data["a"] = fit.a
+        ds = az.convert_to_dataset(data)
+        rhat = az.rhat(ds)
+        bulk = az.ess(ds, method="bulk")
+        tail = az.ess(ds, method="tail")
+
+        def reduce(dset, fn) -> float:
+            vals = np.concatenate([np.ravel(dset[v].values) for v in dset.data_vars])
+            vals = vals[np.isfinite(vals)]
+            return float(fn(vals)) if vals.size else float("nan")
+
+        n_par = sum(int(np.prod(v.shape[2:])) for v in data.values())
+        return {"max_rhat": reduce(rhat, np.max), "min_ess_bulk": reduce(bulk, np.min),
+                "min_ess_tail": reduce(tail, np.min), "parameters": n_par, "checked": n_par, "method": "arviz"}
+    from benchfill.irt.convergence import rank_diagnostics
+
+    items = (_difficulties_to_check(responses, fit, max_difficulties) if responses is not None
+             else np.arange(len(fit.item_ids)))
+    parts = [fit.theta, fit.b if len(items) == fit.b.shape[2] else fit.b[:, :, items]]
     if fit.a is not None:
-        data["a"] = fit.a
-    ds = az.convert_to_dataset(data)
-    rhat = az.rhat(ds)
-    bulk = az.ess(ds, method="bulk")
-    tail = az.ess(ds, method="tail")
+        parts.append(fit.a if len(items) == fit.a.shape[2] else fit.a[:, :, items])
+    rh, eb, et = [], [], []
+    for arr in parts:
+        r, b_, t = rank_diagnostics(arr)
+        rh.append(r), eb.append(b_), et.append(t)
 
-    def reduce(dset, fn) -> float:
-        vals = np.concatenate([np.ravel(dset[v].values) for v in dset.data_vars])
-        vals = vals[np.isfinite(vals)]
-        return float(fn(vals)) if vals.size else float("nan")
+    def reduce_(vals: list[np.ndarray], fn) -> float:
+        v = np.concatenate(vals)
+        v = v[np.isfinite(v)]
+        return float(fn(v)) if v.size else float("nan")
 
-    return {"max_rhat": reduce(rhat, np.max), "min_ess_bulk": reduce(bulk, np.min), "min_ess_tail": reduce(tail, np.min)}
+    n_par = sum(int(np.prod(x.shape[2:])) for x in [fit.theta, fit.b] + ([fit.a] if fit.a is not None else []))
+    return {"max_rhat": reduce_(rh, np.max), "min_ess_bulk": reduce_(eb, np.min), "min_ess_tail": reduce_(et, np.min),
+            "parameters": n_par, "checked": int(sum(int(np.prod(x.shape[2:])) for x in parts)),
+            "method": "all parameters" if len(items) == len(fit.item_ids) else "per likelihood key"}
 
 
-def mcmc_checks(fit: IRTFit) -> list[Check]:
-    """M1 max R-hat <= 1.01; M2 min bulk and tail ESS >= 400; M3 zero divergent transitions."""
+IS_MAX_PARETO_K = 0.7  # PSIS (Vehtari et al. 2024): importance weights with k-hat above this are unreliable
+
+
+def mcmc_checks(fit: IRTFit, responses: ResponseMatrix | None = None, method: str = "fast") -> list[Check]:
+    """M1 max R-hat <= 1.01; M2 min bulk and tail ESS >= 400; M3 zero divergent transitions; and, for the fast
+    sampler, M4: the Pareto k-hat of its independence proposal's importance weights <= 0.7."""
     if fit.is_map or fit.b.shape[0] * fit.b.shape[1] < 4:
         na = {"reason": "MAP preview: no MCMC draws"}
         return [
@@ -165,24 +263,46 @@ def mcmc_checks(fit: IRTFit) -> list[Check]:
             Check("M2", "min bulk and tail ESS", None, float("nan"), M2_MIN_ESS, ">=", na),
             Check("M3", "divergent transitions", None, float("nan"), 0.0, "==", na),
         ]
-    conv = convergence_summary(fit)
+    conv = convergence_summary(fit, method=method, responses=responses)
     ess = min(conv["min_ess_bulk"], conv["min_ess_tail"])
     rhat_ok = fit.b.shape[0] > 1 and conv["max_rhat"] <= M1_MAX_RHAT
-    return [
+    scope = {"parameters": conv["parameters"], "checked": conv["checked"], "method": conv["method"]}
+    checks = [
         Check("M1", "max R-hat over all parameters", bool(rhat_ok), conv["max_rhat"], M1_MAX_RHAT, "<=",
-              {} if fit.b.shape[0] > 1 else {"reason": "R-hat needs >= 2 chains"}),
+              scope if fit.b.shape[0] > 1 else {"reason": "R-hat needs >= 2 chains", **scope}),
         Check("M2", "min bulk and tail ESS over all parameters", bool(ess >= M2_MIN_ESS), ess, M2_MIN_ESS, ">=",
-              {"min_ess_bulk": conv["min_ess_bulk"], "min_ess_tail": conv["min_ess_tail"]}),
+              {"min_ess_bulk": conv["min_ess_bulk"], "min_ess_tail": conv["min_ess_tail"], **scope}),
         Check("M3", "divergent transitions", fit.divergences == 0, float(fit.divergences), 0.0, "=="),
     ]
+    info = fit.extra.get("fast") if isinstance(fit.extra, dict) else None
+    if isinstance(info, dict) and "proposal_pareto_k" in info:
+        k = float(info["proposal_pareto_k"])
+        imh = info.get("engine") == "imh"
+        details = {"engine": info.get("engine"), "importance_efficiency": info.get("proposal_kish"),
+                   "importance_draws": info.get("proposal_draws"),
+                   "acceptance": info.get("acceptance")}
+        if not imh:
+            details["reason"] = "the abilities were sampled by NUTS: the proposal was not used"
+        checks.append(Check(
+            "M4", "Pareto k-hat of the independence proposal's importance weights (abilities)",
+            bool(k <= IS_MAX_PARETO_K) if imh else None, k, IS_MAX_PARETO_K, "<=", details))
+    return checks
 
 
-def run_checks(responses: ResponseMatrix, fit: IRTFit, seed: int = 0) -> list[Check]:
-    """All seven checks, in order R1-R4, M1-M3."""
-    return [
-        check_r1_complete(responses),
-        check_r2_floor_ceiling(responses),
-        check_r3_misfit(responses),
-        check_r4_ppc(responses, fit, seed=seed),
-        *mcmc_checks(fit),
-    ]
+def run_checks(responses: ResponseMatrix, fit: IRTFit, seed: int = 0, timings: dict[str, float] | None = None,
+               convergence: str = "fast") -> list[Check]:
+    """All checks, in order R1-R4, M1-M3 (and M4 for the fast sampler). ``timings``: a dict that receives the
+    seconds each took (keys ``R1``..``R4`` and ``M``); ``convergence``: "fast" or "arviz" (exact, slow)."""
+    import time
+
+    out: list[Check] = []
+    for name, fn in (("R1", lambda: [check_r1_complete(responses)]),
+                     ("R2", lambda: [check_r2_floor_ceiling(responses)]),
+                     ("R3", lambda: [check_r3_misfit(responses)]),
+                     ("R4", lambda: [check_r4_ppc(responses, fit, seed=seed)]),
+                     ("M", lambda: mcmc_checks(fit, responses, convergence))):
+        t = time.perf_counter()
+        out.extend(fn())
+        if timings is not None:
+            timings[name] = time.perf_counter() - t
+    return out
