@@ -420,7 +420,7 @@ def test_a_kill_during_start_up_leaves_a_folder_that_resume_continues(tmp_path, 
             "--gaps", "1"]
     ref = _cli(base + ["--out", str(tmp_path / "ref")])
     assert ref.returncode == 0, ref.stderr
-    for point in ("start", "diagnosis"):  # right after the bank exists; inside the IRT diagnosis
+    for point in ("diagnosis",):  # inside the IRT diagnosis, the bank already there (the issue's reproduction)
         out = tmp_path / point
         crashed = _cli(base + ["--out", str(out)], {"BENCHFILL_CRASH_AT": point})
         assert crashed.returncode == 137, crashed.stderr[-500:]
@@ -430,3 +430,60 @@ def test_a_kill_during_start_up_leaves_a_folder_that_resume_continues(tmp_path, 
         resumed = _cli(base + ["--out", str(out), "--resume"])
         assert resumed.returncode == 0, resumed.stderr[-2000:]
         assert _chosen(out) == _chosen(tmp_path / "ref"), point
+
+
+@pytest.mark.slow
+def test_kills_at_random_moments_repay_at_most_the_calls_in_flight(tmp_path, bench):
+    """Seeded kill -9 at random instants (the first during start-up, while the IRT diagnosis runs), each followed
+    by --resume: the chosen items equal an unbroken run's, and the calls the server answered twice stay within
+    max_concurrency per model per kill (every raw reply is committed the moment it arrives)."""
+    import random
+    import signal
+    import time
+
+    from tests.openai_stub import start_stub
+
+    server = start_stub(responder=role_responder, latency=0.02)
+    try:
+        items, resp = bench
+        cfg = fast_stub_config(tmp_path, server.port)
+        n_models = 2 + 6  # rewriter, judge, 6 panel models; max_concurrency = 4 each
+        bound_per_kill = 4 * n_models
+        base = [sys.executable, "-m", "benchfill.cli", "fill", str(items), "--responses", str(resp), "--config",
+                str(cfg), "--sampler", "map", "--models", "6", "--gaps", "2"]
+        ref = subprocess.run(base + ["--out", str(tmp_path / "ref")], capture_output=True, text=True, timeout=600)
+        assert ref.returncode == 0, ref.stderr[-2000:]
+        assert len(server.ok_keys) == len(set(server.ok_keys)) == 223  # an unbroken run pays each call once
+        server.reset()
+        rng = random.Random(20261130)
+        out = tmp_path / "killed"
+        kills, served_at_kill = 0, []
+        total = 223  # the unbroken run's calls (asserted below)
+        for k in range(4):
+            # the first kill lands in the start-up (imports, IRT diagnosis); the others after a random number of
+            # calls, plus a random fraction of a call's latency, so they fall anywhere in the search
+            proc = subprocess.Popen(base + ["--out", str(out), "--resume"], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, text=True)
+            if k == 0:
+                time.sleep(rng.uniform(0.5, 2.0))
+            else:
+                target = len(server.ok_keys) + rng.randint(1, total // 4)
+                while len(server.ok_keys) < target and proc.poll() is None:
+                    time.sleep(0.002)
+                time.sleep(rng.uniform(0, 0.03))
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                kills += 1
+                served_at_kill.append(len(server.ok_keys))
+            proc.communicate(timeout=60)
+        final = subprocess.run(base + ["--out", str(out), "--resume"], capture_output=True, text=True, timeout=600)
+        assert final.returncode == 0, final.stderr[-2000:]
+        assert _chosen(out) == _chosen(tmp_path / "ref")
+        repaid = len(server.ok_keys) - len(set(server.ok_keys))
+        print(f"\nkills={kills} served_at_kill={served_at_kill} calls={len(server.ok_keys)} "
+              f"distinct={len(set(server.ok_keys))} repaid={repaid} bound={kills * bound_per_kill}")
+        assert kills == 4 and served_at_kill[0] == 0  # the first kill hit the start-up, before any call
+        assert all(b > a for a, b in zip(served_at_kill, served_at_kill[1:]))  # the others hit the search
+        assert repaid <= kills * bound_per_kill
+    finally:
+        server.stop()
