@@ -29,8 +29,10 @@ Sampling the abilities. Without guessing the joint posterior is log-concave, so 
 (Prekopa) and, with the N(0, 1) prior, lighter-tailed than a Gaussian; with 12 models and hundreds of items it is
 close to Gaussian. A multivariate Student-t (df 100) with the Laplace approximation's mean and covariance is
 therefore an independence proposal with bounded weights p / q: the chain is uniformly ergodic and each step costs
-one log density, no gradient, evaluated for all proposals in one vectorised batch. Every chain starts from a
-check draw resampled by weight. If the proposal's importance efficiency is poor (< MIN_KISH; never seen on
+one log density, no gradient, evaluated for all proposals in one vectorised batch. Every chain starts from its own
+overdispersed point (a proposal draw with twice its spread), not from a shared pool, so chains that disagree after
+the burn-in (a proposal that misses part of the posterior) show up in R-hat; the Pareto k-hat of the check draws'
+importance weights is reported as check M4. If the proposal's importance efficiency is poor (< MIN_KISH; never seen on
 real data) the abilities go to NUTS (nutpie) in whitened coordinates theta = theta_hat + L z instead.
 
 Difficulty draws use inverse-CDF sampling on each key's window: the log-density is linear inside each cell
@@ -59,7 +61,7 @@ H_FACTOR = 1.2  # node spacing = local posterior scale / 1.2 -> trapezoid error 
 SHIFT_SDS = 7.0  # a window also covers the conditional mode moving by 7 posterior SDs of theta
 ELEMENT_BUDGET = 2_000_000  # largest temporary array (elements) made in one step: bounds memory
 DRAW_BUDGET = 200_000  # elements per step when drawing: temporaries stay in cache
-BIG_OUTPUT = 512 * 2**20  # b draws larger than this (bytes in float64) are stored as float32
+B_DTYPE = np.float32  # b draws: 7 significant digits, far below their Monte Carlo error; half the memory
 
 # (w (k, J), wbar (J,)) -> (down (k,), up (k,)): room, in logits, a window needs for theta's uncertainty
 MarginFn = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -611,6 +613,7 @@ PROPOSAL_DF = 100.0  # Student-t proposal: polynomial tails over a sub-Gaussian 
 CHECK_DRAWS = 1000  # importance draws that check the proposal and seed the chains
 MIN_KISH = 0.5  # below this importance efficiency of the proposal the abilities are sampled by NUTS instead
 BURN_IN = 100  # states each chain discards (at most ``tune``)
+START_SPREAD = 2.0  # chains start from proposal draws this many times farther from its centre
 
 
 @dataclass(frozen=True)
@@ -621,7 +624,8 @@ class Proposal:
         loc: (J,) location, logits.  shape: (J, J) scale matrix (covariance * (df - 2) / df).  df: degrees of freedom.
         accept_estimate: acceptance rate of an independence chain over the check draws, in [0, 1].
         kish: importance-sampling efficiency of the check draws, (sum w)^2 / (n sum w^2), in (0, 1].
-        pool: (n, J) the check draws; pool_log_w: (n,) their log weights log p - log q (chains start from them).
+        pool: (n, J) the check draws; pool_log_w: (n,) their log weights log p - log q.
+        pareto_k: PSIS k-hat of the check draws' importance weights (< 0.7: reliable; Vehtari et al. 2024).
     """
 
     loc: np.ndarray
@@ -631,6 +635,7 @@ class Proposal:
     kish: float
     pool: np.ndarray
     pool_log_w: np.ndarray
+    pareto_k: float = float("nan")
 
     def draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """n draws (n, J): loc + L z / sqrt(chi2_df / df), L L^T = shape."""
@@ -691,25 +696,62 @@ def laplace_proposal(model: MarginalModel, mode: np.ndarray, cov: np.ndarray, rn
     w = _normalised_weights(pool_lw)
     _, accepted = imh_chain(pool_lw, np.log(rng.random(n - 1)))
     return replace(proposal, accept_estimate=accepted / (n - 1), kish=float(1.0 / (n * np.sum(w**2))),
-                   pool=pool, pool_log_w=pool_lw)
+                   pool=pool, pool_log_w=pool_lw, pareto_k=pareto_k(pool_lw))
+
+
+def _gpd_fit(x: np.ndarray) -> float:
+    """Shape k of a generalised Pareto fitted to sorted exceedances x (Zhang and Stephens 2009, with the weak
+    prior of PSIS; the same estimator as ArviZ's ``_gpdfit``)."""
+    n = len(x)
+    m = 30 + int(n**0.5)
+    b = 1 - np.sqrt(m / (np.arange(1, m + 1, dtype=float) - 0.5))
+    b /= 3 * x[int(n / 4 + 0.5) - 1]
+    b += 1 / x[-1]
+    k = np.log1p(-b[:, None] * x).mean(axis=1)
+    len_scale = n * (np.log(-(b / k)) - k - 1)
+    w = 1 / np.exp(len_scale - len_scale[:, None]).sum(axis=1)
+    keep = w >= 10 * np.finfo(float).eps
+    w, b = w[keep], b[keep]
+    w /= w.sum()
+    k_post = np.log1p(-np.sum(b * w) * x).mean()
+    return float((n * k_post + 10 * 0.5) / (n + 10))
+
+
+def pareto_k(log_w: np.ndarray) -> float:
+    """PSIS k-hat of importance weights exp(log_w): a generalised Pareto fitted to the largest
+    min(n / 5, 3 sqrt(n)) weights (as ``arviz.psislw``). Below 0.7 the weights' estimates are reliable."""
+    x = np.asarray(log_w, dtype=float)
+    x = x[np.isfinite(x)]
+    n = len(x)
+    if n < 10:
+        return float("nan")
+    x = x - x.max()
+    srt = np.sort(x)
+    cut = max(srt[-int(np.ceil(min(0.2 * n, 3 * np.sqrt(n)))) - 1], np.log(np.finfo(float).tiny))
+    tail = np.sort(x[x > cut])
+    if len(tail) <= 4:
+        return float("inf")
+    return _gpd_fit(np.exp(tail) - np.exp(cut))
 
 
 def sample_theta_imh(model: MarginalModel, proposal: Proposal, chains: int, burn_in: int, draws: int,
                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Independent IMH chains on the abilities, each started from a check draw resampled by importance weight.
+    """Independent IMH chains on the abilities, each started from its own overdispersed point: a proposal draw
+    moved twice as far from the proposal's centre (so a chain can start where the proposal is poor, and stay there
+    long enough for R-hat to see it).
 
     Returns theta (chains, draws, J) and the acceptance rate of each chain (chains,)."""
     J = len(proposal.loc)
     steps = burn_in + draws
     th, lw = _weighted_draws(model, proposal, chains * steps, rng)
     th, lw = th.reshape(chains, steps, J), lw.reshape(chains, steps)
-    starts = rng.choice(len(proposal.pool), size=chains, p=_normalised_weights(proposal.pool_log_w))
+    x0 = proposal.loc + START_SPREAD * (proposal.draw(chains, rng) - proposal.loc)
+    lw0 = model.logp_batch(x0) - proposal.log_density(x0)
     theta = np.empty((chains, draws, J))
     accept = np.empty(chains)
     for c in range(chains):
-        states, accepted = imh_chain(np.concatenate([proposal.pool_log_w[starts[c]: starts[c] + 1], lw[c]]),
-                                     np.log(rng.random(steps)))
-        path = np.concatenate([proposal.pool[starts[c]][None, :], th[c]])[states]
+        states, accepted = imh_chain(np.concatenate([lw0[c : c + 1], lw[c]]), np.log(rng.random(steps)))
+        path = np.concatenate([x0[c][None, :], th[c]])[states]
         theta[c] = path[burn_in:]
         accept[c] = accepted / steps
     return theta, accept
@@ -917,60 +959,123 @@ class _ChainJob:
         return theta, div, accept, edge
 
 
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - macOS / Windows
+        return max(1, os.cpu_count() or 1)
+
+
 def _chain_split(settings: SamplerSettings) -> list[SamplerSettings]:
-    """Chains split over the cores (two on this project's machines): NUTS's Python callbacks hold the GIL and the
-    IMH / draw loops are many small numpy calls, so threads do not help, but processes do."""
-    procs = min(settings.chains, os.cpu_count() or 1, 2)
+    """Chains split over the cores this process may use (at most one process per chain): NUTS's Python callbacks
+    hold the GIL and the IMH / draw loops are many small numpy calls, so threads do not help, but processes do."""
+    procs = min(settings.chains, available_cores())
     if procs < 2:
         return [settings]
     sizes = [settings.chains // procs + (k < settings.chains % procs) for k in range(procs)]
     return [replace(settings, chains=c, seed=settings.seed + 7919 * k) for k, c in enumerate(sizes)]
 
 
-def _b_buffer(shape: tuple[int, int, int], dtype: type, shared: bool) -> np.ndarray:
-    """The (C, S, I) output array; ``shared``: in an anonymous shared mapping, so forked workers write their
-    chains in place (no copy back through a pipe, whatever the size)."""
-    if not shared:
-        return np.empty(shape, dtype=dtype)
+class _SharedFile:
+    """A (C, S, I) output array in a memory-mapped file under /dev/shm (or the temp dir), so that worker
+    processes, forked or started by a fork server, write their chains in place: no copy back through a pipe,
+    whatever the size. The file is unlinked once the workers are done; the mapping stays valid."""
+
+    def __init__(self, shape: tuple[int, int, int], dtype: type) -> None:
+        import mmap
+        import tempfile
+
+        folder = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        fd, self.path = tempfile.mkstemp(prefix="benchfill-b-", dir=folder)
+        self.shape, self.dtype = shape, np.dtype(dtype)
+        nbytes = max(int(np.prod(shape)) * self.dtype.itemsize, 1)
+        try:
+            os.ftruncate(fd, nbytes)
+            self.array = np.frombuffer(mmap.mmap(fd, nbytes), dtype=self.dtype,
+                                       count=int(np.prod(shape))).reshape(shape)
+        finally:
+            os.close(fd)
+
+    def unlink(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:  # pragma: no cover
+            pass
+
+
+def _attach(path: str, shape: tuple[int, int, int], dtype: str) -> np.ndarray:
     import mmap
 
-    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    return np.frombuffer(mmap.mmap(-1, max(nbytes, 1)), dtype=dtype, count=int(np.prod(shape))).reshape(shape)
+    with open(path, "r+b") as fh:
+        mm = mmap.mmap(fh.fileno(), 0)
+    return np.frombuffer(mm, dtype=np.dtype(dtype), count=int(np.prod(shape))).reshape(shape)
 
 
 _FORKED: tuple[_ChainJob, np.ndarray] | None = None
 
 
-def _forked_run(args: tuple[SamplerSettings, int, int]):
+def _worker_run(job: _ChainJob, settings: SamplerSettings, part: int, b_out: np.ndarray):
     from threadpoolctl import threadpool_limits
 
-    assert _FORKED is not None
-    job, b_out = _FORKED
-    settings, part, c0 = args
     # one BLAS thread per worker: each worker already has a core (measured: 2 x 2 OpenBLAS threads made a
     # guessing fit 5x slower than the same work in one process)
     with threadpool_limits(limits=1):
-        return job.run(settings, part, b_out[c0 : c0 + settings.chains])
+        return job.run(settings, part, b_out)
 
 
-def _run_parallel(job: _ChainJob, parts: list[SamplerSettings], b_out: np.ndarray):
-    """Run each part in a forked process (the job and the shared output are inherited, not pickled); None if
-    forking is unavailable or fails, and the caller falls back to one process."""
+def _forked_run(args: tuple[SamplerSettings, int, int]):
+    assert _FORKED is not None
+    job, b_out = _FORKED
+    settings, part, c0 = args
+    return _worker_run(job, settings, part, b_out[c0 : c0 + settings.chains])
+
+
+def _server_run(args: tuple[_ChainJob, SamplerSettings, int, int, str, tuple[int, int, int], str]):
+    job, settings, part, c0, path, shape, dtype = args
+    return _worker_run(job, settings, part, _attach(path, shape, dtype)[c0 : c0 + settings.chains])
+
+
+def start_method() -> str | None:
+    """How chain workers start: "fork" when this process runs no other thread (nothing can hold a lock across
+    the fork; OpenBLAS stops its own pool in its at-fork handler), else "forkserver" (children forked from a
+    single-threaded server, the job pickled to them); None where neither exists."""
+    import multiprocessing as mp
+    import threading
+
+    methods = mp.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else None
+
+
+def _run_parallel(job: _ChainJob, parts: list[SamplerSettings], out: _SharedFile):
+    """Run each part in its own process writing into ``out``; None if that is unavailable or fails, and the
+    caller falls back to one process."""
     import multiprocessing as mp
 
     global _FORKED
-    if "fork" not in mp.get_all_start_methods():
+    method = start_method()
+    if method is None:
         return None
-    _FORKED = (job, b_out)
     offsets = np.cumsum([0] + [p.chains for p in parts])[:-1]
     try:
-        with mp.get_context("fork").Pool(len(parts)) as pool:
-            return pool.map(_forked_run, [(p, k, int(c0)) for k, (p, c0) in enumerate(zip(parts, offsets))])
+        if method == "fork":
+            _FORKED = (job, out.array)
+            with mp.get_context("fork").Pool(len(parts)) as pool:
+                return pool.map(_forked_run, [(p, k, int(c0)) for k, (p, c0) in enumerate(zip(parts, offsets))])
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["benchfill.irt.fast"])
+        tasks = [(job, p, k, int(c0), out.path, out.shape, out.dtype.str)
+                 for k, (p, c0) in enumerate(zip(parts, offsets))]
+        with ctx.Pool(len(parts)) as pool:
+            return pool.map(_server_run, tasks)
     except Exception as exc:  # pragma: no cover - e.g. a sandbox without fork
         log.warning("fast IRT: parallel chains failed (%s); sampling in one process", exc)
         return None
     finally:
         _FORKED = None
+        out.unlink()
 
 
 def check_fast_spec(spec: IRTSpec) -> None:
@@ -988,8 +1093,7 @@ def fit_fast(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings
     independence chain started from a weighted draw of the posterior needs no longer warm-up; the proposal is
     checked beforehand on 1,000 importance draws). ``target_accept`` applies to the NUTS fallback only.
 
-    Returns an :class:`IRTFit` with theta (C, S, J) and b (C, S, I) draws, logits; b is float32 when the float64
-    array would exceed 512 MiB. ``fit.extra["fast"]`` holds the engine ("imh" or "nuts"), each chain's acceptance
+    Returns an :class:`IRTFit` with theta (C, S, J) float64 and b (C, S, I) float32 draws, logits. ``fit.extra["fast"]`` holds the engine ("imh" or "nuts"), each chain's acceptance
     rate, the proposal's importance efficiency, timings and quadrature facts.
     """
     check_fast_spec(spec)
@@ -1011,9 +1115,14 @@ def fit_fast(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings
     job = _ChainJob(marginal, list(responses.models), proposal if use_imh else None)
     parts = _chain_split(settings)
     C, S = settings.chains, settings.draws
-    dtype = np.float32 if C * S * I * 8 > BIG_OUTPUT else np.float64
-    b = _b_buffer((C, S, I), dtype, shared=len(parts) > 1)
-    results = _run_parallel(job, parts, b) if len(parts) > 1 else None
+    dtype = B_DTYPE
+    results = None
+    if len(parts) > 1:
+        shared = _SharedFile((C, S, I), dtype)
+        b = shared.array
+        results = _run_parallel(job, parts, shared)
+    else:
+        b = np.empty((C, S, I), dtype=dtype)
     if results is None:  # one process: all chains, then all difficulty draws
         results = [job.run(settings, 0, b)]
         parts = [settings]
@@ -1031,6 +1140,7 @@ def fit_fast(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings
         extra={"fast": {
             "engine": "imh" if use_imh else "nuts", "acceptance": [float(a) for a in accept],
             "proposal_accept_estimate": proposal.accept_estimate, "proposal_kish": proposal.kish,
+            "proposal_pareto_k": proposal.pareto_k, "proposal_draws": len(proposal.pool_log_w),
             "keys": keys.n_keys, "blocks": len(model.blocks), "window_nodes": model.n_nodes,
             "edge_log_ratio": edge, "setup_s": t1 - t0, "sampling_and_draws_s": t3 - t1,
             "processes": len(parts), "b_dtype": np.dtype(b.dtype).name,
