@@ -109,6 +109,8 @@ def test_difficulty_shifts_are_recovered_not_halved(planted):
     assert hard["mu"] - ref == pytest.approx(1.5, abs=0.3)
     assert easy["mu"] - ref == pytest.approx(-1.0, abs=0.3)
     assert hard["mu_ci"][0] > effect(res.report, "ref")["mu_ci"][1]  # the intervals separate
+    print("planted world:", {n: (round(effect(res.report, n)["mu"] - ref, 2), round(effect(res.report, n)["beta"], 2),
+                                 round(effect(res.report, n)["slope"], 2)) for n in PLANTED})
 
 
 @pytest.mark.slow
@@ -187,3 +189,17 @@ def test_null_world_detects_nothing(null):
     assert all(abs(p["estimate"]) < 0.6 for p in prefs), prefs
     mus = [effect(null.report, n)["mu"] for n in ("ref", "selfish", "hard")]
     assert max(mus) - min(mus) < 0.35, mus
+    print("null world:", [(p["kind"], p["designer"], round(p["estimate"], 2), round(p["p_value"], 3)) for p in prefs],
+          "mu", [round(m, 2) for m in mus])
+
+
+@pytest.mark.slow
+def test_breakdowns_by_level_intent_and_format(planted):
+    res, _ = planted
+    bd = rows(res.report)["inverted"]["breakdown"]
+    assert set(bd) == {"difficulty", "intent", "format"}
+    assert set(bd["difficulty"]) == {"L1", "L2", "L3", "L4", "L5"} and set(bd["format"]) == {"numeric", "short"}
+    assert sum(v["n_suite"] for v in bd["intent"].values()) == rows(res.report)["inverted"]["n_suite"]
+    # inverted calibration: the L5 items are the easiest, the L1 items the hardest
+    assert bd["difficulty"]["L5"]["mean_b"] < bd["difficulty"]["L1"]["mean_b"] - 1.0
+    assert bd["difficulty"]["L5"]["error_rate"] < bd["difficulty"]["L1"]["error_rate"]

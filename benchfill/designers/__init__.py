@@ -3,7 +3,8 @@
 Stage 1 :mod:`~benchfill.designers.card` (domain card), stage 2 :mod:`~benchfill.designers.quotas` +
 :mod:`~benchfill.designers.generate` (quota-controlled suites), stage 3 :mod:`~benchfill.designers.validate`
 (panel answers, static / dynamic checks, item-quality judge), :mod:`~benchfill.designers.metrics` (pure metrics),
-:mod:`~benchfill.designers.report` (leaderboard, heatmap), :mod:`~benchfill.designers.pipeline` (the resumable
+:mod:`~benchfill.designers.joint` (the joint item-level IRT fit with designer-level effects and logit
+interactions), :mod:`~benchfill.designers.report` (leaderboard, heatmap), :mod:`~benchfill.designers.pipeline` (the resumable
 run), :mod:`~benchfill.designers.rewriters` (BenchFill rewriters scored like designers) and
 :mod:`~benchfill.designers.sim` (the simulated designers, answerers and judge). See README.md here.
 
@@ -18,9 +19,10 @@ from typing import Any
 _EXPORTS = {
     "DomainCard": "card", "build_card": "card", "extract_card": "card", "load_card": "card", "save_card": "card",
     "DesignersConfig": "config", "load_designers_config": "config",
+    "JointFit": "joint", "fit_joint": "joint",
     "RunResult": "pipeline", "run_designers": "pipeline",
     "Plan": "quotas", "QuotaSpec": "quotas", "largest_remainder": "quotas", "load_quotas": "quotas",
-    "make_plan": "quotas",
+    "make_plan": "quotas", "quota_warnings": "quotas",
     "rewriter_report": "rewriters",
 }
 __all__ = sorted(_EXPORTS)

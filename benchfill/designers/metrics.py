@@ -519,11 +519,16 @@ def bootstrap_interval(n: int, stat, *, B: int = 1000, seed: int = 0, alpha: flo
                        ) -> tuple[float | None, float | None]:
     """Percentile (1 - alpha) interval of ``stat(idx)`` over B resamples of range(n) with replacement (seeded);
     (None, None) when n < 2 or every replicate is undefined."""
-    if n < 2:
-        return None, None
-    rng = np.random.default_rng(seed)
-    vals = np.array([stat(rng.integers(0, n, n)) for _ in range(B)], float)
-    vals = vals[np.isfinite(vals)]
+    vals = bootstrap_replicates(n, stat, B=B, seed=seed)
     if len(vals) < max(10, B // 10):
         return None, None
     return float(np.quantile(vals, alpha / 2)), float(np.quantile(vals, 1 - alpha / 2))
+
+
+def bootstrap_replicates(n: int, stat, *, B: int = 1000, seed: int = 0) -> np.ndarray:
+    """The finite values of ``stat(idx)`` over B seeded resamples of range(n) (empty when n < 2)."""
+    if n < 2:
+        return np.array([])
+    rng = np.random.default_rng(seed)
+    vals = np.array([stat(rng.integers(0, n, n)) for _ in range(B)], float)
+    return vals[np.isfinite(vals)]

@@ -453,15 +453,41 @@ def _designer_intervals(recs: Sequence[DesignedItem], d_core: Sequence[DesignedI
         vals = [0.5 * np.abs(np.bincount(code[i], minlength=k) / len(i) - tv).sum() for code, tv, k in codes.values()]
         return float(np.mean(vals))
 
-    # TVD of a resample sits above the TVD of the sample (sampling noise only adds distance): the basic bootstrap
-    # interval (2 x estimate - quantiles), clipped to [0, 1], is centred on the estimate
-    lo, hi = M.bootstrap_interval(n, tvd, B=B, seed=seed + 4)
-    est = tvd(np.arange(n)) if n else float("nan")
-    out["mean_tvd"] = [None, None] if lo is None or hi is None else [max(0.0, 2 * est - hi), min(1.0, 2 * est - lo)]
+    # the TVD of a resample sits above the TVD of the sample (sampling noise only adds distance): the percentile
+    # interval is shifted by that bias (replicate mean - estimate) and clipped to [0, 1]
+    reps = M.bootstrap_replicates(n, tvd, B=B, seed=seed + 4)
+    if len(reps) >= max(10, B // 10):
+        bias = float(reps.mean()) - tvd(np.arange(n))
+        out["mean_tvd"] = [max(0.0, float(np.quantile(reps, 0.025)) - bias),
+                           min(1.0, float(np.quantile(reps, 0.975)) - bias)]
+    else:
+        out["mean_tvd"] = [None, None]
     if b is not None:
         lv = np.array([_num(M._level_num(r.declared.get("difficulty"))) for r in d_core])
         out["level_spearman"] = list(M.bootstrap_interval(
             n, lambda i: M.correlation(lv[i], b[i], "spearman").r, B=min(B, 500), seed=seed + 5))
+    return out
+
+
+def _breakdown(recs: Sequence[DesignedItem], status: Mapping[str, str], core_pos: Mapping[str, int], c: np.ndarray,
+               t: np.ndarray, b: np.ndarray | None) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per requested level, intent and format (the slot's, i.e. what was asked): suite items, broken rate, core items,
+    error rate (1 - mean correct) and mean b of the core items on the joint scale."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    suite = [r for r in recs if status.get(r.id, r.status) not in M.OUTSIDE_SUITE]
+    for axis in ("difficulty", "intent", "format"):
+        groups: dict[str, list[DesignedItem]] = {}
+        for r in suite:
+            groups.setdefault(str((r.spec or {}).get(axis) or r.declared.get(axis, "unknown")), []).append(r)
+        rows = {}
+        for value, members in sorted(groups.items()):
+            idx = [core_pos[r.id] for r in members if r.id in core_pos]
+            tt = t[:, idx].sum() if idx else 0
+            rows[value] = {"n_suite": len(members), "n_core": len(idx),
+                           "broken_rate": M._f(1 - len(idx) / len(members)),
+                           "error_rate": M._f(1 - c[:, idx].sum() / tt) if tt else None,
+                           "mean_b": M._f(float(np.mean(b[idx]))) if b is not None and idx else None}
+        out[axis] = rows
     return out
 
 
@@ -549,6 +575,8 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
         intervals = _designer_intervals(recs, d_core, status, c, t, plan.targets, answerers, seed_acc,
                                         joint.b[offsets[k_d]:offsets[k_d + 1]] if joint is not None else None,
                                         B, rseed + k_d)
+        breakdown = _breakdown(recs, status, {r.id: k for k, r in enumerate(d_core)}, c, t,
+                               joint.b[offsets[k_d]:offsets[k_d + 1]] if joint is not None else None)
         own = cfg.answerer_of(d)
         n_dup = sum(status.get(r.id, r.status) == "duplicate" for r in recs)
         filled = {r.slot for r in recs if r.status == "ok"}
@@ -562,7 +590,7 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
             "spec_alignment": {a: v.as_dict() for a, v in align.items()},
             "mean_tvd": M._f(float(np.mean(tvds))) if tvds else None,
             "difficulty": {**diff.as_dict(), "designer_effect": effect},
-            "calibration": calib, "intervals": intervals,
+            "calibration": calib, "intervals": intervals, "breakdown": breakdown,
             "discrimination": disc.as_dict(), "ranking": tau.as_dict(),
             "accuracy_by_answerer": acc,
             "generation": dict((generation or {}).get(d.label, {})),

@@ -191,7 +191,7 @@ def plot_heatmap(A: np.ndarray, designers: Sequence[str], answerers: Sequence[st
             for j in range(J):
                 v = M_[i, j] if M_.size else np.nan
                 if np.isfinite(v):
-                    dark = (v < 0.6) if cmap == "viridis" else False
+                    dark = (v < 0.6) if cmap == "viridis" else abs(v) > 0.6 * vmax
                     ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=7,
                             color="white" if dark else "black")
                 kind = marks[i][j] if marks is not None else ""
@@ -208,8 +208,8 @@ def plot_heatmap(A: np.ndarray, designers: Sequence[str], answerers: Sequence[st
     if residual is not None:
         lim = max(0.05, float(np.nanmax(np.abs(residual))) if np.isfinite(residual).any() else 0.05)
         draw(axes[0, 1], residual, -lim, lim, "RdBu_r", "{:+.2f}", "observed - expected accuracy")
-        axes[0, 1].set_title(prefix + "residual: accuracy beyond ability and item difficulty"
-                             + (" (red box: self, dashed: family)" if marks is not None else ""), fontsize=9)
+        axes[0, 1].set_title(prefix + "residual: accuracy beyond ability and difficulty"
+                             + ("\n(red box: self, dashed: family)" if marks is not None else ""), fontsize=9)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
