@@ -1,5 +1,4 @@
-"""The call cache: keys, secrets, durability, concurrency; and the vLLM backend's batch path against a fake vllm
-module that implements the API benchfill calls (LLM.chat, SamplingParams(n=...)), since vllm cannot run here."""
+"""The call cache: keys, secrets, durability, concurrency; vLLM stays an optional import."""
 
 from __future__ import annotations
 
@@ -87,78 +86,8 @@ def test_many_coroutines_and_a_second_process(tmp_path):
     assert cache.totals()["attempts"] == {"ok": 200}
 
 
-# ----------------------------------------------------------------------------------------------- vLLM (fake)
-
-
-class _FakeOutput:
-    def __init__(self, text, n_tokens):
-        self.text, self.token_ids = text, list(range(n_tokens))
-
-
-class _FakeRequestOutput:
-    def __init__(self, prompt_len, outs):
-        self.prompt_token_ids, self.outputs = list(range(prompt_len)), outs
-
-
-@pytest.fixture
-def fake_vllm(monkeypatch):
-    calls = []
-
-    class SamplingParams:
-        def __init__(self, n=1, **kw):
-            self.n, self.kw = n, kw
-
-    class LLM:
-        def __init__(self, model, **kw):
-            calls.append(("init", model, kw))
-
-        def chat(self, messages, sampling_params=None, use_tqdm=True, **kw):
-            calls.append(("chat", len(messages), [p.n for p in sampling_params], sampling_params[0].kw, kw))
-            return [_FakeRequestOutput(7, [_FakeOutput(f"{conv[-1]['content']} #{j} \\boxed{{1}}", 3)
-                                           for j in range(p.n)])
-                    for conv, p in zip(messages, sampling_params)]
-
-    module = types.ModuleType("vllm")
-    module.LLM, module.SamplingParams = LLM, SamplingParams
-    monkeypatch.setitem(sys.modules, "vllm", module)
-    return calls
-
-
-def test_vllm_backend_batches_rollouts_through_the_cache(fake_vllm, tmp_path):
-    model = ModelConfig(model="vllm/some/model", temperature=0.6, max_tokens=64, rollouts=3, seed=5,
-                        vllm_engine={"tensor_parallel_size": 2, "batch_prompts": 2},
-                        params={"chat_template_kwargs": {"enable_thinking": False}})
-    prompts = [[{"role": "user", "content": f"q{i}"}] for i in range(3)]
-
-    async def go():
-        client = ModelClient(tmp_path / "c.sqlite")
-        await client.prefetch(model, [(p, range(3)) for p in prompts])
-        results = [await client.complete_rollouts(model, p) for p in prompts]
-        await client.aclose()
-        return results
-
-    results = asyncio.run(go())
-    inits = [c for c in fake_vllm if c[0] == "init"]
-    chats = [c for c in fake_vllm if c[0] == "chat"]
-    assert inits == [("init", "some/model", {"tensor_parallel_size": 2, "seed": 5})]
-    assert [c[1] for c in chats] == [2, 1]  # batch_prompts = 2
-    assert chats[0][2] == [3, 3]  # SamplingParams(n=rollouts) per prompt
-    assert chats[0][3] == {"temperature": 0.6, "max_tokens": 64, "seed": 5}
-    assert chats[0][4] == {"chat_template_kwargs": {"enable_thinking": False}}
-    # drawn by the prefetch batch (no further engine call), reported once as calls made now
-    assert all(not r.cached and r.attempts == 1 for rs in results for r in rs)
-    assert [r.text.split(" \\")[0] for r in results[1]] == ["q1 #0", "q1 #1", "q1 #2"]
-    assert results[0][0].tokens_in == 7 and results[0][0].tokens_out == 3
-
-    async def again():
-        client = ModelClient(tmp_path / "c.sqlite")
-        out = await client.complete_rollouts(model, prompts[0], n=4)  # one more rollout: only it is sampled
-        await client.aclose()
-        return out
-
-    more = asyncio.run(again())
-    assert [c[2] for c in fake_vllm if c[0] == "chat"][-1] == [1]
-    assert sum(not r.cached for r in more) == 1
+# ----------------------------------------------------------------------------------------------- vLLM
+# (the backend's request construction, seeds, defaults and engine isolation: tests/test_models_vllm.py)
 
 
 def test_vllm_is_not_imported_at_module_import():

@@ -560,8 +560,9 @@ class ModelClient:
 
     async def prefetch(self, cfg: ModelConfig, requests: Sequence[tuple[Messages, Sequence[int]]], *,
                        role: str = "panel", params: Mapping[str, Any] | None = None) -> None:
-        """Warm the cache for many (messages, sample indices) at once. Only ``vllm/`` models batch (all rollouts of
-        all prompts through one engine call, ``SamplingParams(n=...)``); for others this does nothing."""
+        """Warm the cache for many (messages, sample indices) at once. Only ``vllm/`` models batch (all missing
+        rollouts of all prompts through one engine call, one ``n = 1`` request per rollout with seed
+        ``cfg.seed + k``); for others this does nothing."""
         if cfg.backend != "vllm":
             return
         await self._vllm_batch(cfg, [([dict(m) for m in msgs], list(ks)) for msgs, ks in requests], role=role,
@@ -583,14 +584,15 @@ class ModelClient:
             return
         if self._vllm_lock is None:
             self._vllm_lock = asyncio.Lock()
-        sampling = spec.key_params(0, override)
+        sampling = spec.key_params(0, override)  # no seed here: rollout k is sent seed = cfg.seed + k
         chunk = int(cfg.vllm_engine.get("batch_prompts", 256))
-        async with self._vllm_lock:  # one engine, one batch at a time
+        async with self._vllm_lock:  # one engine (one model) at a time, one batch at a time
             for start in range(0, len(missing), chunk):
                 part = missing[start: start + chunk]
                 t0 = time.perf_counter()
                 outputs = await asyncio.to_thread(
-                    self.vllm.generate, cfg, [msgs for msgs, _ in part], [len(todo) for _, todo in part], sampling,
+                    self.vllm.generate, cfg, [msgs for msgs, _ in part], [[k for k, _ in todo] for _, todo in part],
+                    sampling,
                 )
                 latency = (time.perf_counter() - t0) / max(1, sum(len(t) for _, t in part))
                 for (msgs, todo), outs in zip(part, outputs):
@@ -599,13 +601,15 @@ class ModelClient:
                         self.cache.put(key, model=cfg.model, role=role, sample_index=k, messages=msgs,
                                        params=spec.key_params(k, override), text=out.text, tokens_in=out.tokens_in,
                                        tokens_out=out.tokens_out, cost=0.0, latency_s=latency, attempts=1,
-                                       simulated=False)
+                                       simulated=False, finish_reason=out.finish_reason)
                         self._fresh.add(key)
 
     async def aclose(self) -> None:
         """Release the cache connection (calls already made are committed) and stop litellm's background logging
         task on this loop (else asyncio warns "Task was destroyed but it is pending" at exit)."""
         self.cache.close()
+        if self._vllm is not None:
+            self._vllm.close()  # ends the engine process: its GPU memory is free for whatever runs next
         if _LITELLM is not None:
             try:
                 from litellm.litellm_core_utils.logging_worker import GLOBAL_LOGGING_WORKER

@@ -406,6 +406,9 @@ def validate_model(cfg: ModelConfig, where: str, source: str, sim: SimConfig | N
     if cfg.backend == "vllm":
         if not cfg.model.removeprefix("vllm/"):
             raise InputError(source, f"{where}.model: 'vllm/' needs a model name or path (vllm/<hf-model-or-path>)")
+        from benchfill.models.vllm_backend import check_vllm_config
+
+        check_vllm_config(cfg, where, source)
         if importlib.util.find_spec("vllm") is None:
             raise InputError(
                 source, f"{where}.model: {cfg.model!r} needs the in-process vLLM engine: pip install 'benchfill[vllm]'"

@@ -197,8 +197,13 @@ async def run_evaluation(
 
         await asyncio.gather(*(worker() for _ in range(min(workers, max(1, jobs.qsize())))))
 
+    async def run_vllm_models(models: list[ModelConfig]) -> None:
+        for m in models:  # one engine on the GPU at a time: each vllm/ model runs to the end before the next
+            await run_model(m)
+
     try:
-        await asyncio.gather(*(run_model(m) for m in panel))
+        await asyncio.gather(*(run_model(m) for m in panel if m.backend != "vllm"),
+                             run_vllm_models([m for m in panel if m.backend == "vllm"]))
     finally:
         if own_client:
             await client.aclose()

@@ -1,10 +1,23 @@
-"""Optional in-process vLLM engine for ``vllm/<hf-model-or-path>`` models (``pip install 'benchfill[vllm]'``).
+"""Optional vLLM engine for ``vllm/<hf-model-or-path>`` models (``pip install 'benchfill[vllm]'``).
 
-vLLM is imported inside functions only, so benchfill imports and runs without it (and without a GPU). The engine
-is the offline ``vllm.LLM``; a batch of prompts goes through one ``LLM.chat`` call, each prompt with
-``SamplingParams(n=<rollouts still missing>)``, so all rollouts of all items are sampled together. Results are
-stored through the same call cache as every other backend (one row per rollout), so a resumed run skips what is
-done.
+vLLM is imported inside functions only, so benchfill imports and runs without it (and without a GPU). The engine is
+the offline ``vllm.LLM``; a batch of prompts goes through one ``LLM.chat`` call. Results are stored through the same
+call cache as every other backend (one row per rollout), so a resumed run skips what is done.
+
+Three rules, each checked against vLLM's own source (``vllm/sampling_params.py``,
+``vllm/v1/engine/parallel_sampling.py``, ``vllm/entrypoints/llm.py``):
+
+- **One request per missing rollout, with its own seed.** vLLM seeds child ``i`` of an ``n > 1`` request with
+  ``seed + i``, so asking ``n = len(missing)`` with the seed of the first missing rollout would redraw rollouts
+  0, 1, ... of a resumed run as "new" ones. Rollout ``k`` is therefore its own ``SamplingParams(n=1,
+  seed=cfg.seed + k)`` request; the prompt is shared through vLLM's prefix cache, so this costs little — and it
+  draws exactly what child ``k`` of one ``n``-request with seed ``cfg.seed`` would.
+- **No silent truncation.** ``SamplingParams.max_tokens`` defaults to 16; a ``vllm/`` model must set
+  ``max_tokens`` (checked with the config, before any call). Sampling fields the config leaves out (temperature,
+  top_p, top_k, min_p, repetition_penalty) come from the model's generation defaults,
+  ``LLM.get_default_sampling_params()`` (the engine reads ``generation_config.json``).
+- **One model at a time.** Each model's engine runs in its own subprocess (spawned); moving to another model stops
+  that process, which frees its GPU memory for certain (an in-process ``del`` of an engine does not reliably).
 
 Config (a panel entry)::
 
@@ -12,7 +25,7 @@ Config (a panel entry)::
     model = "vllm/Qwen/Qwen3-8B"          # or vllm//models/local/path
     temperature = 0.6
     top_p = 0.95
-    max_tokens = 8192
+    max_tokens = 8192                     # required: vLLM's own default is 16 tokens
     rollouts = 8
     vllm_engine = { tensor_parallel_size = 2, gpu_memory_utilization = 0.9, batch_prompts = 256 }
     params = { top_k = 20, chat_template_kwargs = { enable_thinking = true } }
@@ -38,17 +51,20 @@ SAMPLING_FIELDS = frozenset({
     "temperature", "top_p", "top_k", "min_p", "max_tokens", "min_tokens", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "stop", "stop_token_ids", "seed", "ignore_eos", "skip_special_tokens",
 })
+# the fields vLLM takes from a model's generation_config.json (ModelConfig.get_diff_sampling_param)
+MODEL_DEFAULT_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens")
 CHAT_FIELDS = frozenset({"chat_template_kwargs", "chat_template", "add_generation_prompt"})
 _NOT_ENGINE = frozenset({"batch_prompts"})
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One sampled completion: its text and token counts."""
+    """One sampled completion: its text, token counts and finish reason (``length``: cut by max_tokens)."""
 
     text: str
     tokens_in: int
     tokens_out: int
+    finish_reason: str | None = None
 
 
 def vllm_available() -> bool:
@@ -57,55 +73,213 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-class VLLMBackend:
-    """In-process vLLM engines, one per (model, engine arguments), created on first use and kept."""
+def check_vllm_config(cfg: Any, where: str, source: str) -> None:
+    """What a ``vllm/`` model needs before any call: ``max_tokens`` set and only known sampling fields."""
+    if cfg.max_tokens is None and "max_tokens" not in cfg.params:
+        raise InputError(source, f"{where}.max_tokens: required for vllm/ models (vLLM's SamplingParams default "
+                                 "is 16 tokens, which would silently cut every answer)")
+    unknown = sorted(set(cfg.params) - SAMPLING_FIELDS - CHAT_FIELDS)
+    if unknown:
+        raise InputError(source, f"{where}.params: {', '.join(unknown)} are not vllm.SamplingParams fields")
 
-    def __init__(self) -> None:
-        self._engines: dict[tuple[str, str], Any] = {}
 
-    def engine(self, cfg: Any) -> Any:
-        """The ``vllm.LLM`` for a ``vllm/...`` model config (loads the weights the first time)."""
-        args = {k: v for k, v in cfg.vllm_engine.items() if k not in _NOT_ENGINE}
-        key = (cfg.model, json.dumps(args, sort_keys=True, default=str))
-        if key not in self._engines:
-            try:
-                from vllm import LLM
-            except ImportError:
-                raise InputError(cfg.model, "the vLLM backend needs vllm: pip install 'benchfill[vllm]'") from None
-            path = cfg.model.removeprefix("vllm/")
-            if cfg.seed is not None:
-                args.setdefault("seed", cfg.seed)
-            self._engines[key] = LLM(model=path, **args)
-        return self._engines[key]
+def request_kwargs(cfg: Any, sampling: Mapping[str, Any], sample_index: int,
+                   model_defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``vllm.SamplingParams`` arguments of rollout ``sample_index``: one output (``n = 1``), the seed
+    ``cfg.seed + sample_index``, the model's generation defaults under the config's own fields. Pure (no vLLM)."""
+    unknown = sorted(set(sampling) - SAMPLING_FIELDS - CHAT_FIELDS)
+    if unknown:
+        raise InputError(cfg.model, f"parameter(s) {', '.join(unknown)} are not vllm.SamplingParams fields")
+    kwargs = {k: v for k, v in (model_defaults or {}).items() if k in MODEL_DEFAULT_FIELDS and v is not None}
+    kwargs.update({k: v for k, v in sampling.items() if k in SAMPLING_FIELDS and k != "seed"})
+    if kwargs.get("max_tokens") is None:
+        raise InputError(cfg.model, "max_tokens: required for vllm/ models (vLLM's default is 16 tokens)")
+    base = sampling.get("seed", cfg.seed)
+    kwargs["n"] = 1
+    kwargs["seed"] = None if base is None else int(base) + int(sample_index)
+    return kwargs
 
-    @staticmethod
-    def sampling_params(cfg: Any, sampling: Mapping[str, Any], n: int) -> Any:
-        """``vllm.SamplingParams(n=n, ...)`` from a config's sampling fields; unknown fields -> InputError."""
+
+def build_requests(cfg: Any, conversations: Sequence[Sequence[Mapping[str, Any]]],
+                   sample_indices: Sequence[Sequence[int]], sampling: Mapping[str, Any],
+                   model_defaults: Mapping[str, Any] | None = None
+                   ) -> list[tuple[int, int, list[dict[str, Any]], dict[str, Any]]]:
+    """One request per (conversation, missing rollout): ``(conversation index, rollout, messages, SamplingParams
+    arguments)``. Pure: unit-tested without vLLM or a GPU."""
+    if len(conversations) != len(sample_indices):
+        raise ValueError("one list of sample indices per conversation")
+    out = []
+    for i, (conv, ks) in enumerate(zip(conversations, sample_indices)):
+        messages = [dict(m) for m in conv]
+        for k in ks:
+            out.append((i, int(k), messages, request_kwargs(cfg, sampling, k, model_defaults)))
+    return out
+
+
+def engine_args(cfg: Any) -> dict[str, Any]:
+    """``vllm.LLM`` arguments of a config: its ``vllm_engine`` table (less ``batch_prompts``), the model's own
+    generation defaults on (``generation_config = "auto"``), and the base seed."""
+    args = {k: v for k, v in cfg.vllm_engine.items() if k not in _NOT_ENGINE}
+    args.setdefault("generation_config", "auto")
+    if cfg.seed is not None:
+        args.setdefault("seed", cfg.seed)
+    return args
+
+
+def _engine_key(cfg: Any) -> tuple[str, str]:
+    return cfg.model, json.dumps(engine_args(cfg), sort_keys=True, default=str)
+
+
+# ----------------------------------------------------------------------------------------------- the engine
+
+
+class _Engine:
+    """One ``vllm.LLM`` and the calls made on it. Lives in the engine subprocess (or in-process for tests)."""
+
+    def __init__(self, model: str, args: Mapping[str, Any]) -> None:
+        try:
+            from vllm import LLM
+        except ImportError:
+            raise InputError(model, "the vLLM backend needs vllm: pip install 'benchfill[vllm]'") from None
+        self.llm = LLM(model=model, **dict(args))
+        self._defaults: dict[str, Any] | None = None
+
+    def model_defaults(self) -> dict[str, Any]:
+        if self._defaults is None:
+            base = self.llm.get_default_sampling_params() if hasattr(self.llm, "get_default_sampling_params") else None
+            self._defaults = {k: getattr(base, k, None) for k in MODEL_DEFAULT_FIELDS} if base is not None else {}
+            if self._defaults.get("max_tokens") == 16:  # vLLM's class default, not the model's: never used
+                self._defaults.pop("max_tokens")
+        return self._defaults
+
+    def run(self, conversations: list[list[dict[str, Any]]], kwargs: list[dict[str, Any]],
+            chat_kwargs: dict[str, Any]) -> list[tuple[str, int, int, str | None]]:
         from vllm import SamplingParams
 
-        kwargs = {k: v for k, v in sampling.items() if k in SAMPLING_FIELDS}
-        unknown = sorted(set(sampling) - SAMPLING_FIELDS - CHAT_FIELDS)
-        if unknown:
-            raise InputError(cfg.model, f"parameter(s) {', '.join(unknown)} are not vllm.SamplingParams fields")
-        if "seed" not in kwargs and cfg.seed is not None:
-            kwargs["seed"] = cfg.seed  # reproducible even without the cache
-        return SamplingParams(n=n, **kwargs)
-
-    def generate(self, cfg: Any, conversations: Sequence[Sequence[Mapping[str, Any]]], ns: Sequence[int],
-                 sampling: Mapping[str, Any]) -> list[list[Sample]]:
-        """Sample ``ns[i]`` completions of conversation ``i``, all in one ``LLM.chat`` call (blocking)."""
-        if len(conversations) != len(ns):
-            raise ValueError("one sample count per conversation")
-        llm = self.engine(cfg)
-        params = [self.sampling_params(cfg, sampling, n) for n in ns]
-        chat_kwargs = {k: v for k, v in sampling.items() if k in CHAT_FIELDS}
-        outputs = llm.chat([list(map(dict, c)) for c in conversations], sampling_params=params, use_tqdm=False,
-                           **chat_kwargs)
-        result: list[list[Sample]] = []
-        for out, n in zip(outputs, ns):
-            tokens_in = len(getattr(out, "prompt_token_ids", None) or [])
-            samples = [Sample(o.text, tokens_in, len(o.token_ids or [])) for o in out.outputs]
-            if len(samples) != n:
-                raise RuntimeError(f"vLLM returned {len(samples)} samples, expected {n}")
-            result.append(samples)
+        params = [SamplingParams(**kw) for kw in kwargs]
+        outputs = self.llm.chat(conversations, sampling_params=params, use_tqdm=False, **chat_kwargs)
+        result = []
+        for out in outputs:
+            if len(out.outputs) != 1:
+                raise RuntimeError(f"vLLM returned {len(out.outputs)} outputs for an n = 1 request")
+            o = out.outputs[0]
+            result.append((o.text, len(getattr(out, "prompt_token_ids", None) or []), len(o.token_ids or []),
+                           getattr(o, "finish_reason", None)))
         return result
+
+
+def _serve(conn: Any, model: str, args: dict[str, Any]) -> None:  # pragma: no cover - runs in the subprocess
+    """The engine subprocess: answer ``("defaults",)`` and ``("run", ...)`` messages until ``("stop",)``."""
+    try:
+        engine = _Engine(model, args)
+    except BaseException as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", None))
+    while True:
+        msg = conn.recv()
+        if msg[0] == "stop":
+            return
+        try:
+            if msg[0] == "defaults":
+                conn.send(("ok", engine.model_defaults()))
+            else:
+                conn.send(("ok", engine.run(*msg[1:])))
+        except BaseException as exc:
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+class _EngineProcess:
+    """A model's engine in its own spawned process; :meth:`close` ends it (and frees its GPU memory)."""
+
+    def __init__(self, model: str, args: Mapping[str, Any]) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")  # CUDA cannot be re-initialised in a forked child
+        self._conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_serve, args=(child, model, dict(args)), name=f"vllm:{model}",
+                                   daemon=True)
+        self.process.start()
+        child.close()
+        self._model = model
+        self._expect("ready")
+
+    def _expect(self, what: str) -> Any:
+        try:
+            kind, value = self._conn.recv()
+        except EOFError:
+            raise RuntimeError(f"the vLLM engine process for {self._model} died") from None
+        if kind == "error":
+            raise RuntimeError(f"vLLM engine for {self._model}: {value}")
+        return value
+
+    def model_defaults(self) -> dict[str, Any]:
+        self._conn.send(("defaults",))
+        return self._expect("ok")
+
+    def run(self, conversations: list[list[dict[str, Any]]], kwargs: list[dict[str, Any]],
+            chat_kwargs: dict[str, Any]) -> list[tuple[str, int, int, str | None]]:
+        self._conn.send(("run", conversations, kwargs, chat_kwargs))
+        return self._expect("ok")
+
+    def close(self) -> None:
+        try:
+            self._conn.send(("stop",))
+        except (BrokenPipeError, OSError):
+            pass
+        self.process.join(timeout=60)
+        if self.process.is_alive():  # pragma: no cover - an engine that does not stop is killed
+            self.process.kill()
+            self.process.join(timeout=10)
+        self._conn.close()
+
+
+class VLLMBackend:
+    """vLLM engines, one model at a time: the engine of the model in use is kept; asking for another model first
+    ends it. ``isolate=True`` (the default) runs each engine in its own subprocess; ``False`` keeps it in this
+    process (tests with a stand-in ``vllm`` module), dropping the previous one on a switch."""
+
+    def __init__(self, isolate: bool = True) -> None:
+        self.isolate = isolate
+        self._key: tuple[str, str] | None = None
+        self._engine: Any = None
+        self.started: list[str] = []  # models whose engine was started, in order (inspection, tests)
+
+    def engine(self, cfg: Any) -> Any:
+        """The engine for a ``vllm/...`` config; a different model's engine is stopped first."""
+        key = _engine_key(cfg)
+        if self._key != key:
+            self.close()
+            path = cfg.model.removeprefix("vllm/")
+            self._engine = (_EngineProcess if self.isolate else _Engine)(path, engine_args(cfg))
+            self._key = key
+            self.started.append(cfg.model)
+        return self._engine
+
+    def generate(self, cfg: Any, conversations: Sequence[Sequence[Mapping[str, Any]]],
+                 sample_indices: Sequence[Sequence[int]], sampling: Mapping[str, Any]) -> list[list[Sample]]:
+        """Sample rollouts ``sample_indices[i]`` of conversation ``i`` (one request each, its own seed), all in one
+        ``LLM.chat`` call (blocking); ``result[i][j]`` is rollout ``sample_indices[i][j]``."""
+        engine = self.engine(cfg)
+        requests = build_requests(cfg, conversations, sample_indices, sampling, engine.model_defaults())
+        chat_kwargs = {k: v for k, v in sampling.items() if k in CHAT_FIELDS}
+        raw = engine.run([r[2] for r in requests], [r[3] for r in requests], chat_kwargs) if requests else []
+        if len(raw) != len(requests):
+            raise RuntimeError(f"vLLM returned {len(raw)} outputs for {len(requests)} requests")
+        result: list[list[Sample]] = [[] for _ in conversations]
+        for (i, _, _, _), (text, tin, tout, finish) in zip(requests, raw):
+            result[i].append(Sample(text, tin, tout, finish))
+        return result
+
+    def close(self) -> None:
+        """End the current engine (its subprocess, or drop the in-process engine)."""
+        engine, self._engine, self._key = self._engine, None, None
+        if engine is None:
+            return
+        if isinstance(engine, _EngineProcess):
+            engine.close()
+        else:
+            del engine
+            import gc
+
+            gc.collect()
