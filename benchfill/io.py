@@ -1,20 +1,77 @@
-"""File side effects shared by every layer: atomic writes, so nothing already saved is ever half-overwritten."""
+"""File side effects shared by every layer: atomic writes, so nothing already saved is ever half-overwritten.
+
+Permission policy (one for every file a run writes: responses.csv, summary.json, diagnosis.*, the SQLite files):
+files are created with mode ``0666 & ~umask`` — exactly what ``open()`` and SQLite give a new file, so 0644 under
+the usual umask 022. A run folder is made private with the umask (``umask 077`` -> 0600), never by benchfill
+choosing a mode of its own.
+
+Targets that are not regular files are written directly, never replaced: ``-`` is standard output, and an
+existing device, FIFO or socket (``/dev/stdout``, ``/dev/null``, a named pipe) is opened and written in place. A
+symbolic link is followed, so the file it points to is replaced, not the link.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+STDOUT = "-"
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux allows (``/proc/self/status``)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: read by setting and restoring it at once
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode every file benchfill writes gets: 0666 & ~umask (see the module docstring)."""
+    return 0o666 & ~current_umask()
+
+
+def _direct_target(path: Path) -> bool:
+    """True for a path that must be written in place: '-' or an existing non-regular file (device, FIFO...)."""
+    if str(path) == STDOUT:
+        return True
+    try:
+        st = os.stat(path)  # follows links: /dev/stdout -> /proc/self/fd/1 -> a tty, a pipe or a file
+    except FileNotFoundError:
+        return False
+    return not stat.S_ISREG(st.st_mode)
+
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and an atomic rename."""
+    """Write ``data`` to ``path`` via a temporary file in the same folder and an atomic rename (mode
+    0666 & ~umask); ``-`` and non-regular targets (devices, pipes) are written directly."""
     path = Path(path)
+    if _direct_target(path):
+        if str(path) == STDOUT:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        else:
+            with open(path, "wb") as fh:
+                fh.write(data)
+        return path
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, file_mode())  # mkstemp creates 0600: every written file gets the one documented mode
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
