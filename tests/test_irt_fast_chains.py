@@ -73,3 +73,32 @@ def test_fast_fit_reports_m4_and_float32_difficulties():
     assert m4.passed is True and m4.value < 0.7 and m4.details["engine"] == "imh"
     assert m4.details["importance_efficiency"] > 0.5
     assert checks["M1"].details["method"] == "all parameters" and checks["M1"].details["checked"] == 212
+
+
+def test_workers_start_safely_with_another_thread_alive(monkeypatch):
+    """With a thread alive (a progress display, say) the workers come from a fork server, not a fork of this
+    multi-threaded process; both ways give the same draws."""
+    import threading
+
+    monkeypatch.setattr(fast, "PARALLEL_MIN_DRAWS", 0)
+    monkeypatch.setattr(fast, "available_cores", lambda: 2)
+    rng = np.random.default_rng(8)
+    theta, b = rng.normal(size=12), rng.normal(size=80)
+    n = np.full((12, 80), 2)
+    y = rng.binomial(n, 1 / (1 + np.exp(-(theta[:, None] - b[None, :]))))
+    resp = ResponseMatrix([f"m{j}" for j in range(12)], [f"q{i}" for i in range(80)], y, n, "<sim>")
+    settings = SamplerSettings(method="fast", chains=4, tune=100, draws=200, seed=4)
+    assert fast.start_method() == "fork"
+    forked = fit_irt(resp, IRTSpec(), settings)
+    stop = threading.Event()
+    spinner = threading.Thread(target=stop.wait, daemon=True)
+    spinner.start()
+    try:
+        assert fast.start_method() == "forkserver"
+        served = fit_irt(resp, IRTSpec(), settings)
+    finally:
+        stop.set()
+        spinner.join()
+    assert forked.extra["fast"]["processes"] == served.extra["fast"]["processes"] == 2
+    np.testing.assert_array_equal(forked.b, served.b)
+    np.testing.assert_array_equal(forked.theta, served.theta)

@@ -613,6 +613,8 @@ PROPOSAL_DF = 100.0  # Student-t proposal: polynomial tails over a sub-Gaussian 
 CHECK_DRAWS = 1000  # importance draws that check the proposal and seed the chains
 MIN_KISH = 0.5  # below this importance efficiency of the proposal the abilities are sampled by NUTS instead
 BURN_IN = 100  # states each chain discards (at most ``tune``)
+PARALLEL_MIN_DRAWS = 20_000_000  # b draws (chains x draws x items) from which chains run in worker processes
+PARALLEL_MIN_KEYS = 500  # ... or likelihood keys (each costs quadrature at every ability draw)
 START_SPREAD = 2.0  # chains start from proposal draws this many times farther from its centre
 
 
@@ -1049,6 +1051,20 @@ def start_method() -> str | None:
     return "forkserver" if "forkserver" in methods else None
 
 
+def _warm_forkserver() -> None:
+    """Start the fork server now if chains will need it (no-op when plain fork will do)."""
+    if start_method() != "forkserver":
+        return
+    import multiprocessing as mp
+    from multiprocessing import forkserver
+
+    mp.get_context("forkserver").set_forkserver_preload(["benchfill.irt.fast"])
+    try:
+        forkserver.ensure_running()
+    except Exception as exc:  # pragma: no cover
+        log.info("fast IRT: could not start the fork server early (%s)", exc)
+
+
 def _run_parallel(job: _ChainJob, parts: list[SamplerSettings], out: _SharedFile):
     """Run each part in its own process writing into ``out``; None if that is unavailable or fails, and the
     caller falls back to one process."""
@@ -1099,6 +1115,9 @@ def fit_fast(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings
     check_fast_spec(spec)
     t0 = time.perf_counter()
     keys = reduce_items(responses.n_correct, responses.n_trials, spec.guessing)
+    I = len(responses.item_ids)
+    if settings.chains * settings.draws * I >= PARALLEL_MIN_DRAWS or keys.n_keys >= PARALLEL_MIN_KEYS:
+        _warm_forkserver()  # its start-up (~1 s of imports in another process) overlaps the set-up below
     marginal = build_marginal(keys)
     model = marginal.model
     rng = np.random.default_rng(np.random.SeedSequence([settings.seed, 0xADA]))
@@ -1111,10 +1130,12 @@ def fit_fast(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings
                  "sampling the abilities with NUTS", proposal.kish)
         import nutpie  # noqa: F401  (imported once here, so forked workers inherit it instead of each importing it)
     t1 = time.perf_counter()
-    I = len(responses.item_ids)
     job = _ChainJob(marginal, list(responses.models), proposal if use_imh else None)
-    parts = _chain_split(settings)
     C, S = settings.chains, settings.draws
+    # worker processes cost ~0.1 s to fork and ~1 s to start through a fork server (when another thread, e.g. a
+    # progress display, is alive): worth it only for large fits
+    big = not use_imh or C * S * I >= PARALLEL_MIN_DRAWS or keys.n_keys >= PARALLEL_MIN_KEYS
+    parts = _chain_split(settings) if big else [settings]
     dtype = B_DTYPE
     results = None
     if len(parts) > 1:

@@ -1,0 +1,196 @@
+"""The whole `benchfill diagnose` as the user waits: wall time and peak memory of the process tree, from a fresh
+process (imports, loading, fit, checks, metrics, picture, JSON), next to PyMC's default NUTS as a whole process.
+
+Cases (``--cases``, comma separated; default all):
+
+    sim1000     12 x 1,000 simulated items, 4 rollouts   (also PyMC's whole process: import, compile, 4 x (1,000 tune
+                                                          + 1,000 draws), its default convergence checks)
+    oc          the real OpenCompass matrix, 12 x 41,871 (binary)
+    suite       `benchfill suite` on it (11 benchmarks, one fit each)
+    mmlu        MMLU-Pro, 12 of its 29 models spread by accuracy x 12,032 items, guessing c = 0.1
+    oc_c25      the OpenCompass matrix with guessing c = 0.25
+
+Every run is a subprocess whose process tree (the command and its workers) is polled every 20 ms from /proc: peak
+RSS is the largest sum of the tree's resident sets seen (pages shared between processes counted in each, as the
+user's `top` would), peak PSS the same with shared pages split. ``--code PATH`` runs another checkout of
+benchfill (e.g. a `git worktree` of an older commit) with this environment, for before / after tables.
+
+    python bench/diagnose_e2e.py --cases sim1000 --pymc          # the 40x claim, side by side
+    python bench/diagnose_e2e.py --cases oc,suite,mmlu,oc_c25
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+REAL = REPO.parent / "shared" / "data" / "real"
+OC = REAL / "opencompass_12models_11benchmarks.csv.gz"
+OC_ITEMS = REAL / "opencompass_12models_11benchmarks_items.csv"
+MMLU = REAL / "mmlu_pro.csv.gz"
+CLI = "import sys; from benchfill.cli import app; sys.argv[0] = 'benchfill'; app()"
+
+PYMC_SCRIPT = """
+import sys, numpy as np, pymc as pm
+sys.path.insert(0, {repo!r})
+from benchfill.data import load_responses
+from benchfill.irt.fit import build_pymc_model
+from benchfill.irt.model import IRTSpec
+resp = load_responses({path!r})
+with build_pymc_model(resp, IRTSpec()):
+    idata = pm.sample(random_seed=0, progressbar=False)  # PyMC's defaults: 4 chains, 1,000 tune + 1,000 draws
+print("divergences", int(idata.sample_stats["diverging"].sum()))
+"""
+
+
+class TreePeak:
+    """Peak RSS and PSS (KiB) of a process and all its descendants, polled from /proc."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.rss_kb, self.pss_kb = pid, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _children(pid: int) -> list[int]:
+        kids: list[int] = []
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                    kids += [int(x) for x in fh.read().split()]
+        except OSError:
+            pass
+        return kids
+
+    @staticmethod
+    def _mem(pid: int) -> tuple[int, int]:
+        rss = pss = 0
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as fh:
+                for line in fh:
+                    if line.startswith("Rss:"):
+                        rss = int(line.split()[1])
+                    elif line.startswith("Pss:"):
+                        pss = int(line.split()[1])
+        except OSError:
+            pass
+        return rss, pss
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            pids, frontier = [], [self.pid]
+            while frontier:
+                p = frontier.pop()
+                pids.append(p)
+                frontier += self._children(p)
+            mem = [self._mem(p) for p in pids]
+            self.rss_kb = max(self.rss_kb, sum(m[0] for m in mem))
+            self.pss_kb = max(self.pss_kb, sum(m[1] for m in mem))
+            self._stop.wait(0.02)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run(cmd: list[str], env: dict[str, str], timeout: float) -> dict:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    peak = TreePeak(proc.pid)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        rc = "timeout"
+    wall = time.perf_counter() - t0
+    peak.stop()
+    return {"wall_s": wall, "rss_mb": peak.rss_kb / 1024, "pss_mb": peak.pss_kb / 1024, "rc": rc, "out": out}
+
+
+def simulate(path: Path, items: int = 1000, rollouts: int = 4, seed: int = 0) -> None:
+    """12 models x ``items`` items, theta and b ~ N(0, 1), Binomial(rollouts) counts, long CSV."""
+    rng = np.random.default_rng(seed)
+    theta, b = np.sort(rng.normal(size=12)), rng.normal(size=items)
+    y = rng.binomial(rollouts, 1 / (1 + np.exp(-(theta[:, None] - b[None, :]))))
+    with open(path, "w") as fh:
+        fh.write("model,item_id,n_correct,n_trials\n")
+        for j in range(12):
+            for i in range(items):
+                fh.write(f"m{j:02d},q{i},{y[j, i]},{rollouts}\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", default="sim1000,oc,suite,mmlu,oc_c25")
+    ap.add_argument("--pymc", action="store_true", help="also PyMC's whole process on sim1000")
+    ap.add_argument("--code", type=Path, default=None, help="benchfill checkout to run (default: this one)")
+    ap.add_argument("--label", default="", help="name of this code version in the table")
+    ap.add_argument("--timeout", type=float, default=1800.0)
+    ap.add_argument("--repeat", type=int, default=1, help="runs per case (the table shows the fastest)")
+    args = ap.parse_args()
+    code = (args.code or REPO).resolve()
+    env = dict(os.environ, PYTHONPATH=str(code), LITELLM_LOCAL_MODEL_COST_MAP="True")
+    tmp = Path(tempfile.mkdtemp(prefix="benchfill-e2e-"))
+    sim = tmp / "sim_12x1000_r4.csv"
+    simulate(sim)
+    py = sys.executable
+    diag = [py, "-c", CLI, "diagnose"]
+    cases = {
+        "sim1000": ("sim 12 x 1,000, 4 rollouts", diag + [str(sim), "--json", str(tmp / "sim/diagnosis.json")]),
+        "oc": ("OpenCompass 12 x 41,871", diag + [str(OC), "--json", str(tmp / "oc/diagnosis.json")]),
+        "suite": ("suite, OpenCompass 11 benchmarks", [py, "-c", CLI, "suite", str(OC), "--items-table", str(OC_ITEMS),
+                                                       "--out", str(tmp / "suite")]),
+        "mmlu": ("MMLU-Pro 12 x 12,032, c = 0.1", diag + [str(MMLU), "--models", "12", "--guessing", "0.1",
+                                                          "--json", str(tmp / "mmlu/diagnosis.json")]),
+        "oc_c25": ("OpenCompass 12 x 41,871, c = 0.25", diag + [str(OC), "--guessing", "0.25",
+                                                               "--json", str(tmp / "oc25/diagnosis.json")]),
+    }
+    rows = []
+    label = args.label or ("this checkout" if args.code is None else str(code))
+    for key in [c.strip() for c in args.cases.split(",") if c.strip()]:
+        name, cmd = cases[key]
+        best = None
+        for _ in range(args.repeat):
+            res = run(cmd, env, args.timeout)
+            if res["rc"] != 0:
+                print(f"[{key}] exit {res['rc']}:\n{res['out'][-3000:]}", file=sys.stderr)
+            if best is None or res["wall_s"] < best["wall_s"]:
+                best = res
+        rows.append((name, f"benchfill diagnose ({label})" if key != "suite" else f"benchfill suite ({label})", best))
+        print(f"{name}: {best['wall_s']:.1f} s, peak RSS {best['rss_mb']:.0f} MB, PSS {best['pss_mb']:.0f} MB",
+              file=sys.stderr, flush=True)
+        if key == "sim1000" and args.pymc:
+            script = tmp / "pymc_whole.py"
+            script.write_text(PYMC_SCRIPT.format(repo=str(code), path=str(sim)))
+            res = run([py, str(script)], env, args.timeout)
+            if res["rc"] != 0:
+                print(f"[pymc] exit {res['rc']}:\n{res['out'][-3000:]}", file=sys.stderr)
+            rows.append((name, "PyMC default NUTS, whole process", res))
+            print(f"pymc: {res['wall_s']:.1f} s, peak RSS {res['rss_mb']:.0f} MB", file=sys.stderr, flush=True)
+    print(f"\n{os.cpu_count()} CPUs visible, affinity {len(os.sched_getaffinity(0))}; load average before the "
+          f"last run {os.getloadavg()[0]:.1f}\n")
+    print("| data | command (whole process) | wall s | peak RSS MB (tree) | peak PSS MB (tree) | ratio to PyMC | exit |")
+    print("|---|---|---|---|---|---|---|")
+    pymc_wall = {n: r["wall_s"] for n, c, r in rows if c.startswith("PyMC")}
+    for name, cmd, r in rows:
+        ratio = ""
+        if name in pymc_wall and not cmd.startswith("PyMC"):
+            ratio = f"**{pymc_wall[name] / r['wall_s']:.0f}x faster**"
+        print(f"| {name} | {cmd} | {r['wall_s']:.1f} | {r['rss_mb']:.0f} | {r['pss_mb']:.0f} | {ratio} | {r['rc']} |")
+
+
+if __name__ == "__main__":
+    main()
