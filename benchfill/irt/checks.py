@@ -173,7 +173,7 @@ def check_r4_ppc(responses: ResponseMatrix, fit: IRTFit, n_rep: int = 400, seed:
     )
 
 
-MAX_CHECKED_DIFFICULTIES = 4000  # above this many items, R-hat / ESS of b are computed per likelihood key
+MAX_CHECKED_DIFFICULTIES = 2000  # above this many items, R-hat / ESS of b are computed per likelihood key
 
 
 def _difficulties_to_check(responses: ResponseMatrix, fit: IRTFit, limit: int | None) -> np.ndarray:
