@@ -361,6 +361,8 @@ def test_a_fill_under_mixed_faults_chooses_what_a_fault_free_run_chooses(tmp_pat
     assert faulty.exit_code == 0, faulty.output
     assert sum(stub.modes[m] for m in MIXED_FAULTS) > 20, (stub.calls, stub.modes)  # many faults of each kind
     assert {m for m in MIXED_FAULTS if stub.modes[m]} == set(MIXED_FAULTS)
+    print(f"\nfaults={sum(stub.modes[m] for m in MIXED_FAULTS)} of {stub.calls} requests: "
+          f"{dict((m, stub.modes[m]) for m in MIXED_FAULTS)}")
     assert _chosen(tmp_path / "faulty") == _chosen(tmp_path / "clean")
     assert all(c[2] for c in _chosen(tmp_path / "clean"))  # the gaps were filled: the comparison means something
 
@@ -485,5 +487,10 @@ def test_kills_at_random_moments_repay_at_most_the_calls_in_flight(tmp_path, ben
         assert kills == 4 and served_at_kill[0] == 0  # the first kill hit the start-up, before any call
         assert all(b > a for a, b in zip(served_at_kill, served_at_kill[1:]))  # the others hit the search
         assert repaid <= kills * bound_per_kill
+        from collections import Counter
+
+        per_model = Counter(json.loads(key)[0] for key in server.ok_keys)
+        distinct = Counter(json.loads(key)[0] for key in set(server.ok_keys))
+        assert all(per_model[m] - distinct[m] <= 4 * kills for m in per_model), per_model - distinct
     finally:
         server.stop()
