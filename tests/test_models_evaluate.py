@@ -249,3 +249,31 @@ def test_open_items_go_to_the_grader_model_and_mcq_is_objective(stub, tmp_path):
     assert got == {"o1": (2, 2), "o2": (0, 2), "c1": (2, 2)}
     judge_calls = [b for b in stub.bodies if b["model"] == "judge"]
     assert len(judge_calls) == 2  # one per distinct answer text: rollouts with the same text share a judgement
+
+
+def test_an_outage_exits_3_with_one_line_and_a_restarted_server_completes_the_run(tmp_path):
+    from openai_stub import start_stub
+
+    server = start_stub()
+    port = server.port
+    items = make_items(tmp_path / "items.jsonl", 3)
+    config = make_config(tmp_path / "run.toml", server, retries=1, rollouts=2, models=("alpha",))
+    evaluate(items, config, tmp_path / "unbroken")
+    server.down = True  # the whole run meets a server that cuts every connection
+    args = ["evaluate", str(items), "--config", str(config), "--out", str(tmp_path / "run"), "--no-progress"]
+    res = _cli_inprocess(args)
+    assert res.exit_code == 3, res.output
+    lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
+    assert lines == ["benchfill: 6 calls failed (server unreachable); rerun the same command to retry them "
+                     "(answers received are kept)"], lines
+    assert not (tmp_path / "run" / "responses.csv").exists()
+    server.stop()  # ... and restarts on the same port
+    server = start_stub(port=port)
+    try:
+        res = _cli_inprocess(args)
+        assert res.exit_code == 0, res.output
+        assert server.calls == 6  # exactly the failed calls, retried
+        assert (tmp_path / "run" / "responses.csv").read_bytes() == \
+            (tmp_path / "unbroken" / "responses.csv").read_bytes()
+    finally:
+        server.stop()
