@@ -116,7 +116,7 @@ def test_vllm_backend_needs_the_extra(tmp_path):
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed here")
-    cfg = load_config(write(tmp_path, "[[panel]]\nmodel = 'vllm/Qwen/Qwen3-8B'\n"))
+    cfg = load_config(write(tmp_path, "[[panel]]\nmodel = 'vllm/Qwen/Qwen3-8B'\nmax_tokens = 4096\n"))
     with pytest.raises(InputError, match=r"benchfill\[vllm\]"):
         validate_config(cfg)
 
