@@ -61,13 +61,15 @@ def summary_table(result: EvaluationResult) -> Table:
     table.add_column("model")
     table.add_column("rollouts", justify="right")
     table.add_column("accuracy", justify="right")
+    table.add_column("wrong: no answer / form", justify="right")
     table.add_column("skipped", justify="right")
     table.add_column("why skipped")
     for label in result.models:
         skipped = result.skipped.get(label, {})
         acc = result.accuracy.get(label)
         table.add_row(
-            label, str(result.rollouts[label]), "-" if acc is None else f"{acc:.3f}", str(sum(skipped.values())),
+            label, str(result.rollouts[label]), "-" if acc is None else f"{acc:.3f}",
+            str(sum(result.wrong_form.get(label, {}).values())), str(sum(skipped.values())),
             "; ".join(f"{k} x{v}" for k, v in skipped.items()),
         )
     return table
@@ -76,8 +78,10 @@ def summary_table(result: EvaluationResult) -> Table:
 def print_summary(console: Console, result: EvaluationResult) -> None:
     console.print(summary_table(result))
     console.print(
-        f"{result.n_items} items, {result.answers} answers: {result.counted} graded, "
-        f"{result.answers - result.counted} skipped (not counted as trials), {result.call_errors} failed calls. "
+        f"{result.n_items} items, {result.answers} answers: {result.counted} graded "
+        f"({sum(sum(v.values()) for v in result.wrong_form.values())} of them wrong for no extractable answer, "
+        f"wrong form or cut off), {result.answers - result.counted} skipped (not trials), "
+        f"{result.call_errors} failed calls. "
         f"Calls made {result.calls_made}, from cache {result.cached}, retries {result.retries}; "
         f"tokens {result.tokens_in:,} in / {result.tokens_out:,} out; cost ${result.cost:.4f}.",
         highlight=False,
