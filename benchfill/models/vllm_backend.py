@@ -197,11 +197,16 @@ class _EngineProcess:
 
         ctx = mp.get_context("spawn")  # CUDA cannot be re-initialised in a forked child
         self._conn, child = ctx.Pipe()
+        # not a daemon: vLLM starts processes of its own (the engine core, tensor-parallel workers), which a
+        # daemonic process may not do; an exit hook ends it instead
         self.process = ctx.Process(target=_serve, args=(child, model, dict(args)), name=f"vllm:{model}",
-                                   daemon=True)
+                                   daemon=False)
         self.process.start()
         child.close()
         self._model = model
+        import atexit
+
+        atexit.register(self.close)
         self._expect("ready")
 
     def _expect(self, what: str) -> Any:
@@ -223,6 +228,8 @@ class _EngineProcess:
         return self._expect("ok")
 
     def close(self) -> None:
+        if self._conn.closed:
+            return
         try:
             self._conn.send(("stop",))
         except (BrokenPipeError, OSError):
