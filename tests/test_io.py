@@ -63,7 +63,8 @@ def test_dash_is_stdout_and_dev_stdout_is_written_not_replaced():
             "assert _direct_target(Path('/dev/stdout')) and _direct_target(Path('-'))\n"
             "atomic_write_text('/dev/stdout', 'via-dev-stdout\\n')\natomic_write_json('-', {'via': 'dash'})\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert res.stdout.splitlines()[0] == "via-dev-stdout" and json.loads(res.stdout.split("\n", 1)[1]) == {"via": "dash"}
+    assert res.stdout.splitlines()[0] == "via-dev-stdout"
+    assert json.loads(res.stdout.split("\n", 1)[1]) == {"via": "dash"}
     assert os.path.islink("/dev/stdout") or stat.S_ISCHR(os.stat("/dev/stdout", follow_symlinks=False).st_mode)
 
 
