@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import textwrap
-import types
 
 import pytest
 
