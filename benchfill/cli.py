@@ -137,12 +137,15 @@ def suite(
         _save_scale(fit, folder / "diagnosis.scale.npz")
         atomic_write_text(folder / "diagnosis.json", dg.model_dump_json(indent=2) + "\n")
         rows.append((name, dg))
-        console.print(f"[dim]{name}: {dg.n_items} items, DDM {dg.ddm:.3f}, max gap {dg.max_gap:.3f} "
+        console.print(f"[dim]{name}: {dg.n_items} items, plug-in DDM {dg.ddm:.3f}, max gap {dg.max_gap:.3f} "
                       f"({dg.sampler.wall_time_s:.1f} s)[/]")
     summary = [
         {"benchmark": name, "n_items": dg.n_items, "ddm": dg.ddm, "ddm_sd": dg.ddm_sd, "max_gap": dg.max_gap,
          "max_gap_sd": dg.max_gap_sd, "top5_sum": dg.top5_sum, "top5_sum_sd": dg.top5_sum_sd,
-         "uniform_baseline_ratio": dg.uniform_baseline_ratio, "flags": dg.flags,
+         "posterior": {k: v.model_dump() for k, v in (dg.posterior or {}).items()},
+         "null": dg.null.model_dump() if dg.null else None,
+         "resolution": dg.resolution.model_dump() if dg.resolution else None,
+         "uniform_baseline_ratio": dg.uniform_baseline_ratio, "flags": dg.flags, "verdicts": dg.verdicts,
          "checks_passed": dg.checks_passed, "checks_run": sum(c.passed is not None for c in dg.checks),
          "json": dg.files["json"]}
         for name, dg in rows

@@ -18,49 +18,78 @@ def _fmt(x: float | None, nd: int = 3) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
 
-def _pm(x: float, sd: float | None) -> str:
-    return _fmt(x) if sd is None or math.isnan(sd) else f"{x:.3f} ± {sd:.3f}"
-
-
-def _flag(on: bool) -> Text:
-    return Text("FLAG", style="bold red") if on else Text("ok", style="green")
-
-
 def _pass(passed: bool | None) -> Text:
     if passed is None:
         return Text("n/a", style="dim")
     return Text("pass", style="green") if passed else Text("FAIL", style="bold red")
 
 
-def diagnosis_tables(dg: Diagnosis, n_gaps: int = 5) -> Group:
-    """The terminal view: headline metrics with posterior SDs and flags, largest gaps, and the seven checks."""
+VERDICT_STYLE = {"flag": "bold red", "at floor": "yellow", "ok": "green"}
+
+
+def _verdict(dg: Diagnosis, key: str) -> Text:
+    v = dg.verdicts.get(key) or ("flag" if dg.flags.get(key) else "ok")
+    return Text(v.upper() if v == "flag" else v, style=VERDICT_STYLE.get(v, ""))
+
+
+def _posterior(dg: Diagnosis, key: str) -> tuple[str, str]:
+    p = (dg.posterior or {}).get(key)
+    if p is None:
+        return "-", "-"
+    return f"{p.mean:.3f} ± {p.sd:.3f}", f"[{p.q05:.3f}, {p.q95:.3f}]"
+
+
+def _null(dg: Diagnosis, key: str) -> str:
+    n = getattr(dg.null, key, None) if dg.null is not None else None
+    return "-" if n is None else f"{n.median:.3f} / {n.q95:.3f}"
+
+
+def headline_table(dg: Diagnosis) -> Table:
+    """The three metrics: posterior (mean ± SD, 90 % interval), the paper's plug-in, the design's null, verdict."""
     s = dg.sampler
     title = f"{Path(dg.source).name}: {dg.n_models} models x {dg.n_items} items, {dg.irt_model} ({s.method}"
-    title += ", MAP PREVIEW: SDs approximate, MCMC checks not run)" if s.preview else f", {s.chains}x{s.tune}+{s.draws})"
+    title += ", MAP PREVIEW: no posterior, SDs approximate, MCMC checks not run)" if s.preview else f", {s.chains}x{s.tune}+{s.draws})"
     head = Table(title=title, title_justify="left")
-    head.add_column("metric")
-    head.add_column("value ± posterior SD", justify="right")
-    head.add_column("threshold", justify="right")
-    head.add_column("flag")
-    head.add_row("DDM (W1 to uniform grid)", _pm(dg.ddm, dg.ddm_sd), ">= 0.10", _flag(dg.flags["ddm"]))
-    head.add_row("W1 to continuous U[0,1]", _pm(dg.w1_uniform, dg.w1_uniform_sd), "", "")
-    head.add_row("max gap", _pm(dg.max_gap, dg.max_gap_sd), ">= 0.10", _flag(dg.flags["max_gap"]))
-    head.add_row("Top-5 gap sum", _pm(dg.top5_sum, dg.top5_sum_sd), ">= 0.30", _flag(dg.flags["top5_sum"]))
-    head.add_row("uniform-baseline ratio", f"{dg.uniform_baseline_ratio:.2f}x",
-                 f"median uniform max gap {dg.uniform_median_max_gap:.3f}", "")
+    for col in ("metric", "posterior mean ± SD", "90 % interval", "paper's plug-in", "null median / 95 %",
+                "threshold", "verdict"):
+        head.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
+    rows = (("DDM (W1 to uniform grid)", "ddm", ">= 0.10"), ("max gap", "max_gap", ">= 0.10"),
+            ("Top-5 gap sum", "top5_sum", ">= 0.30"))
+    for label, key, threshold in rows:
+        head.add_row(label, *_posterior(dg, key), _fmt(getattr(dg, key)), _null(dg, key), threshold, _verdict(dg, key))
+    head.add_row("W1 to continuous U[0,1]", *_posterior(dg, "w1_uniform"), _fmt(dg.w1_uniform), "-", "", "")
+    return head
 
-    gaps = Table(title="largest gaps (normalised difficulty)", title_justify="left")
-    for col in ("#", "lo", "hi", "width", "fill target (mid)"):
+
+def diagnosis_tables(dg: Diagnosis, n_gaps: int = 5) -> Group:
+    """The terminal view: the metrics (posterior, plug-in, null, verdict), the design's resolution and warnings,
+    the largest gaps, and the seven checks."""
+    parts: list = [headline_table(dg)]
+    notes = []
+    if dg.resolution is not None:
+        r = dg.resolution
+        notes.append(f"resolution: {r.distinct_keys} distinct likelihood keys -> max gap >= {r.max_gap_floor:.3f}, "
+                     f"Top-5 >= {r.top5_floor:.3f} for any benchmark"
+                     + (f"; null: {dg.null.replicates} hole-free benchmarks of this design" if dg.null else ""))
+    notes.append(f"paper's i.i.d. uniform baseline: max gap / median max gap of {dg.n_items} uniform points = "
+                 f"{dg.uniform_baseline_ratio:.2f}x (median {dg.uniform_median_max_gap:.4f}; ignores the design)")
+    parts.append(Text("\n".join(notes), style="dim"))
+    for w in dg.warnings:
+        parts.append(Text(f"warning: {w}", style="yellow"))
+
+    gaps = Table(title="largest gaps (normalised difficulty; plug-in)", title_justify="left")
+    for col in ("#", "lo", "hi", "width", "fill target (mid)", "design"):
         gaps.add_column(col, justify="right")
     for k, g in enumerate(dg.gaps[:n_gaps], start=1):
-        gaps.add_row(str(k), _fmt(g.lo), _fmt(g.hi), _fmt(g.width), _fmt(g.mid))
+        gaps.add_row(str(k), _fmt(g.lo), _fmt(g.hi), _fmt(g.width), _fmt(g.mid),
+                     Text("at floor", style="yellow") if g.at_floor else Text("resolvable", style="green"))
 
     checks = Table(title=f"checks: {dg.checks_passed}/{len(dg.checks)} passed", title_justify="left")
     for col in ("check", "what", "result", "value", "threshold"):
         checks.add_column(col, justify="right" if col in ("value", "threshold") else "left")
     for c in dg.checks:
         checks.add_row(c.name, c.description, _pass(c.passed), _fmt(c.value, 4), f"{c.comparison} {c.threshold:g}")
-    parts = [head, gaps, checks]
+    parts += [gaps, checks]
     if dg.robustness:
         parts.append(robustness_table(dg.robustness))
     return Group(*parts)
@@ -82,16 +111,22 @@ def robustness_table(rob: dict) -> Table:
 
 
 def suite_table(rows: Sequence[tuple[str, Diagnosis]], title: str) -> Table:
-    """Table-1-style summary: one row per benchmark."""
+    """Table-1-style summary: one row per benchmark; posterior mean ± SD, with the paper's plug-in beside it."""
     t = Table(title=title, title_justify="left")
-    for col in ("benchmark", "n", "DDM", "max gap", "Top-5", "baseline ratio", "flags", "checks"):
+    for col in ("benchmark", "n", "keys", "DDM", "max gap", "Top-5", "plug-in DDM / gap / Top-5", "flags",
+                "checks"):
         t.add_column(col, justify="left" if col in ("benchmark", "flags") else "right")
     for name, dg in rows:
         flags = ",".join(k for k, on in dg.flags.items() if on) or "-"
+        floor = [k for k, v in dg.verdicts.items() if v == "at floor"]
+        if floor:
+            flags += f" (at floor: {','.join(floor)})"
         ran = [c for c in dg.checks if c.passed is not None]
         t.add_row(
-            name, str(dg.n_items), _pm(dg.ddm, dg.ddm_sd), _pm(dg.max_gap, dg.max_gap_sd), _pm(dg.top5_sum, dg.top5_sum_sd),
-            f"{dg.uniform_baseline_ratio:.2f}x", flags, f"{sum(bool(c.passed) for c in ran)}/{len(ran)}",
+            name, str(dg.n_items), str(dg.resolution.distinct_keys) if dg.resolution else "-",
+            _posterior(dg, "ddm")[0], _posterior(dg, "max_gap")[0], _posterior(dg, "top5_sum")[0],
+            f"{dg.ddm:.3f} / {dg.max_gap:.3f} / {dg.top5_sum:.3f}", flags,
+            f"{sum(bool(c.passed) for c in ran)}/{len(ran)}",
         )
     return t
 
@@ -122,8 +157,10 @@ def plot_diagnosis(dg: Diagnosis, path: str | Path, n_gaps: int = 5) -> Path:
     name = Path(dg.source).name
     tag = " [MAP preview]" if dg.sampler.preview else ""
     ax.set_title(f"{name}: {dg.n_models} models x {n} items{tag}\n"
-                 f"DDM {_pm(dg.ddm, dg.ddm_sd)}   max gap {_pm(dg.max_gap, dg.max_gap_sd)}   "
-                 f"Top-5 {_pm(dg.top5_sum, dg.top5_sum_sd)}", fontsize=10)
+                 f"posterior mean ± SD: DDM {_posterior(dg, 'ddm')[0]}   max gap {_posterior(dg, 'max_gap')[0]}   "
+                 f"Top-5 {_posterior(dg, 'top5_sum')[0]}\n"
+                 f"paper's plug-in: DDM {dg.ddm:.3f}   max gap {dg.max_gap:.3f}   Top-5 {dg.top5_sum:.3f}",
+                 fontsize=9)
     ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
     fig.tight_layout()
     import io

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import time
 from typing import Any
 
 import numpy as np
@@ -14,11 +15,17 @@ from pydantic import BaseModel, Field
 import benchfill
 from benchfill.data import ResponseMatrix
 from benchfill.diagnostics import metrics as M
+from benchfill.diagnostics.null import THRESHOLDS, design_null, key_floor, summarise_null
 from benchfill.irt.checks import Check, run_checks
+from benchfill.irt.fast import reduce_items
 from benchfill.irt.fit import fit_irt
-from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings
+from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings, thin_draws
+from benchfill.irt.placement import exact_item_moments
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+NULL_REPLICATES = 200
+NULL_TOL = 1e-9  # the null reproduces a coarse design's plug-in exactly: only a real excess may flag
+NAMES = {"ddm": "DDM", "max_gap": "max gap", "top5_sum": "Top-5 sum"}
 
 
 class GapOut(BaseModel):
@@ -26,6 +33,40 @@ class GapOut(BaseModel):
     hi: float
     mid: float
     width: float
+    at_floor: bool = Field(False, description="no wider than the null's 95th percentile of the max gap: a "
+                                              "hole-free benchmark under this design shows such gaps")
+
+
+class MetricPosterior(BaseModel):
+    """A metric's posterior over the draws, each draw normalised by itself: the calibrated statement about the
+    benchmark's true metric."""
+
+    mean: float
+    sd: float
+    q05: float
+    q95: float
+
+
+class MetricNull(BaseModel):
+    """The metric (plug-in, exact per-key means) of hole-free benchmarks under the same design."""
+
+    median: float
+    q95: float
+
+
+class NullOut(BaseModel):
+    ddm: MetricNull
+    max_gap: MetricNull
+    top5_sum: MetricNull
+    replicates: int
+    theta_draws: int = Field(description="ability draws behind each simulated key's exact posterior mean")
+
+
+class ResolutionOut(BaseModel):
+    distinct_keys: int = Field(description="distinct likelihood keys = distinct values d can take")
+    max_gap_floor: float = Field(description="1 / (keys - 1): no benchmark can show a smaller max gap")
+    top5_floor: float = Field(description="min(5, keys - 1) / (keys - 1): no benchmark can show a smaller Top-5")
+    at_floor: bool = Field(description="the design alone reaches a flag threshold (key floor or null median)")
 
 
 class CheckOut(BaseModel):
@@ -78,17 +119,28 @@ class Diagnosis(BaseModel):
     irt_model: str
     guessing: float | None = Field(None, description="fixed guessing rate c = 1/k used for every item, if any")
     sampler: SamplerOut
-    ddm: float
-    ddm_sd: float | None
-    w1_uniform: float = Field(description="W1 to the continuous U[0, 1]")
+    ddm: float = Field(description="the paper's plug-in figure: DDM of the posterior-mean b (exact per-key means)")
+    ddm_sd: float | None = Field(description="posterior SD of DDM (pairs with posterior.ddm.mean, not with ddm)")
+    w1_uniform: float = Field(description="W1 to the continuous U[0, 1] (plug-in)")
     w1_uniform_sd: float | None
-    max_gap: float
+    max_gap: float = Field(description="plug-in max gap (the paper's figure)")
     max_gap_sd: float | None
-    top5_sum: float
+    top5_sum: float = Field(description="plug-in Top-5 gap sum (the paper's figure)")
     top5_sum_sd: float | None
-    uniform_median_max_gap: float
-    uniform_baseline_ratio: float
-    flags: dict[str, bool]
+    posterior: dict[str, MetricPosterior] | None = Field(
+        None, description="ddm, w1_uniform, max_gap, top5_sum over posterior draws (null for a MAP preview)")
+    null: NullOut | None = Field(None, description="design-aware null (SPEC section 3); null where it does not "
+                                                   "apply (2PL, estimated guessing)")
+    resolution: ResolutionOut | None = None
+    uniform_median_max_gap: float = Field(description="the paper's baseline: median max gap of n i.i.d. U(0, 1)")
+    uniform_baseline_ratio: float = Field(description="the paper's ratio: plug-in max gap / that median")
+    flags: dict[str, bool] = Field(description="fires when the posterior mean reaches the paper's threshold AND "
+                                               "the plug-in exceeds the null's 95th percentile")
+    verdicts: dict[str, str] = Field(default_factory=dict,
+                                     description="per metric: 'flag', 'ok', or 'at floor' (reaches the threshold "
+                                                 "but not the null's 95th percentile: the design, not the benchmark)")
+    warnings: list[str] = Field(default_factory=list)
+    timings: dict[str, float] = Field(default_factory=dict, description="seconds per stage")
     gaps: list[GapOut] = Field(description="largest first")
     checks: list[CheckOut]
     items: list[ItemOut]
@@ -105,25 +157,30 @@ class Diagnosis(BaseModel):
         return np.array([it.d for it in self.items])
 
 
-def posterior_metric_draws(b_draws: np.ndarray, max_draws: int = 1000, chunk: int = 100, seed: int = 0) -> dict[str, np.ndarray]:
+def posterior_metric_draws(b_draws: np.ndarray, max_draws: int = 1000, chunk: int = 100) -> dict[str, np.ndarray]:
     """DDM, W1-to-uniform, max gap and Top-5 per posterior draw, each draw normalised by itself.
 
     b_draws: (S, I) logits. At most ``max_draws`` draws are used (evenly thinned) and processed in chunks so
     memory stays bounded for 40k-item suites.
     """
-    S = b_draws.shape[0]
-    idx = np.unique(np.linspace(0, S - 1, min(S, max_draws)).round().astype(int))
+    draws = thin_draws(b_draws, max_draws)
     out: dict[str, list[np.ndarray]] = {"ddm": [], "w1_uniform": [], "max_gap": [], "top5_sum": []}
-    for start in range(0, len(idx), chunk):
-        d = M.normalise(b_draws[idx[start : start + chunk]])
-        out["ddm"].append(np.atleast_1d(M.ddm(d)))
+    for start in range(0, len(draws), chunk):
+        d = M.normalise(draws[start : start + chunk])
+        for k, v in M.headline_metrics(d).items():
+            out[k].append(np.atleast_1d(v))
         out["w1_uniform"].append(np.atleast_1d(M.w1_to_continuous_uniform(d)))
-        out["max_gap"].append(np.atleast_1d(M.max_gap(d)))
-        out["top5_sum"].append(np.atleast_1d(M.top_k_gap_sum(d, 5)))
     return {k: np.concatenate(v) for k, v in out.items()}
 
 
+def summarise_posterior(per_draw: dict[str, np.ndarray]) -> dict[str, MetricPosterior]:
+    return {k: MetricPosterior(mean=float(v.mean()), sd=float(v.std(ddof=1)) if len(v) > 1 else 0.0,
+                               q05=float(np.quantile(v, 0.05)), q95=float(np.quantile(v, 0.95)))
+            for k, v in per_draw.items()}
+
+
 def theory_summary(d: np.ndarray, w1: float) -> dict[str, Any]:
+    """``w1``: W1 between the benchmark's d and the continuous target U[0, 1] (Theorem 2.1's distance)."""
     """What Theorems 2.1 and 2.3 say about this benchmark (per unit Lipschitz constant of the performance gap)."""
     from benchfill.diagnostics import theory
 
@@ -146,6 +203,55 @@ def theory_summary(d: np.ndarray, w1: float) -> dict[str, Any]:
     }
 
 
+def decide(plug_in: dict[str, float], posterior: dict[str, MetricPosterior] | None,
+           null: dict[str, MetricNull] | None) -> tuple[dict[str, bool], dict[str, str]]:
+    """Flags and verdicts (SPEC section 3). A flag fires when the metric's posterior mean (the plug-in for a MAP
+    preview) reaches the paper's threshold AND the plug-in exceeds the null's 95th percentile (the same estimator
+    on hole-free benchmarks of the same design); 'at floor' when the threshold is reached but not the null."""
+    flags, verdicts = {}, {}
+    for k, threshold in THRESHOLDS.items():
+        estimate = posterior[k].mean if posterior else plug_in[k]
+        above_null = null is None or plug_in[k] > null[k].q95 + NULL_TOL
+        flags[k] = bool(estimate >= threshold and above_null)
+        reaches = estimate >= threshold or plug_in[k] >= threshold
+        verdicts[k] = "flag" if flags[k] else ("at floor" if reaches and not above_null else "ok")
+    return flags, verdicts
+
+
+def resolution_of(responses: ResponseMatrix, guessing: np.ndarray | None,
+                  null: dict[str, MetricNull] | None) -> ResolutionOut:
+    keys = reduce_items(responses.n_correct, responses.n_trials, guessing).n_keys
+    gap_floor, top5_floor = key_floor(keys)
+    at_floor = gap_floor >= M.FLAG_MAX_GAP or top5_floor >= M.FLAG_TOP5 or (
+        null is not None and (null["max_gap"].median >= M.FLAG_MAX_GAP or null["top5_sum"].median >= M.FLAG_TOP5))
+    return ResolutionOut(distinct_keys=keys, max_gap_floor=gap_floor, top5_floor=top5_floor, at_floor=bool(at_floor))
+
+
+def _design(responses: ResponseMatrix) -> str:
+    n = responses.n_trials[responses.n_trials > 0]
+    trials = f"{int(np.median(n))} trial" + ("s" if np.median(n) != 1 else "") + " per cell"
+    return f"{responses.shape[0]} models x {trials}"
+
+
+def design_warnings(responses: ResponseMatrix, resolution: ResolutionOut, verdicts: dict[str, str],
+                    null: NullOut | None) -> list[str]:
+    """Plain-language lines for the terminal and the JSON when the design, not the benchmark, sets the figures."""
+    out = []
+    if resolution.at_floor:
+        line = (f"the design sets the gaps: {_design(responses)} give {resolution.distinct_keys} distinct "
+                f"difficulty values, so max gap >= {resolution.max_gap_floor:.3f} and Top-5 >= "
+                f"{resolution.top5_floor:.3f} for any benchmark")
+        if null is not None:
+            line += (f"; a benchmark without holes answered by this panel shows max gap {null.max_gap.median:.3f}"
+                     f" and Top-5 {null.top5_sum.median:.3f} (null median)")
+        out.append(line + ". More models or more rollouts per item would lift this floor.")
+    floor = [NAMES[k] for k, v in verdicts.items() if v == "at floor"]
+    if floor:
+        out.append(f"{', '.join(floor)} reach the paper's threshold but not the design's null 95th percentile: "
+                   "at the design's resolution floor, not flagged.")
+    return out
+
+
 def build_diagnosis(
     responses: ResponseMatrix,
     fit: IRTFit,
@@ -153,24 +259,38 @@ def build_diagnosis(
     *,
     top_gaps: int = 10,
     baseline_sims: int = 2000,
+    null_replicates: int = NULL_REPLICATES,
     seed: int = 0,
+    timings: dict[str, float] | None = None,
 ) -> Diagnosis:
-    """Assemble the report from a fit: point metrics from posterior-mean b, SDs from per-draw metrics."""
+    """Assemble the report from a fit: plug-in metrics from the (exact per-key) posterior-mean b, their posterior
+    from per-draw metrics, the design's resolution and null, flags and verdicts."""
+    timings = dict(timings or {})
+    clock = time.perf_counter()
     b = fit.b_mean
     d = M.normalise(b)
-    ddm, mg, t5 = M.ddm(d), M.max_gap(d), M.top_k_gap_sum(d, 5)
+    plug_in = M.headline_metrics(d)
     w1 = M.w1_to_continuous_uniform(d)
-    if fit.is_map:
-        sds: dict[str, float | None] = {k: None for k in ("ddm", "w1_uniform", "max_gap", "top5_sum")}
-    else:
-        per_draw = posterior_metric_draws(fit.flat("b"), seed=seed)
-        sds = {k: float(np.std(v, ddof=1)) for k, v in per_draw.items()}
+    posterior = None if fit.is_map else summarise_posterior(posterior_metric_draws(fit.flat("b")))
     median_gap = M.uniform_max_gap_median(len(d), baseline_sims, seed)
-    flags = M.flags(ddm, mg, t5)
+    timings["metrics"] = time.perf_counter() - clock
+    clock = time.perf_counter()
     guess = fit.spec.guessing
+    null_out = None
+    if fit.spec.kind == "1pl" and fit.c is None:
+        sims = design_null(fit.flat("theta"), responses.n_trials, guess, (float(b.min()), float(b.max())),
+                           replicates=null_replicates, seed=seed)
+        null_out = NullOut(**{k: MetricNull(**v) for k, v in summarise_null(sims).items()},
+                           replicates=null_replicates, theta_draws=int(sims["theta_draws"]))
+    timings["null"] = time.perf_counter() - clock
+    null_by_metric = None if null_out is None else {k: getattr(null_out, k) for k in THRESHOLDS}
+    flags, verdicts = decide(plug_in, posterior, null_by_metric)
+    resolution = resolution_of(responses, guess, null_by_metric)
+    gap_floor = null_out.max_gap.q95 + NULL_TOL if null_out is not None else -1.0
     guess_value = float(np.max(guess)) if guess is not None and np.any(guess > 0) else None
     acc = responses.accuracy_by_model()
     s = fit.settings
+    sd = {k: (posterior[k].sd if posterior else None) for k in ("ddm", "w1_uniform", "max_gap", "top5_sum")}
     return Diagnosis(
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         source=responses.source,
@@ -182,17 +302,19 @@ def build_diagnosis(
             method=s.method, chains=s.chains, tune=s.tune, draws=s.draws, seed=s.seed, target_accept=s.target_accept,
             wall_time_s=round(fit.wall_time_s, 3), preview=fit.is_map, divergences=fit.divergences,
         ),
-        ddm=ddm, ddm_sd=sds["ddm"], w1_uniform=w1, w1_uniform_sd=sds["w1_uniform"],
-        max_gap=mg, max_gap_sd=sds["max_gap"], top5_sum=t5, top5_sum_sd=sds["top5_sum"],
-        uniform_median_max_gap=median_gap, uniform_baseline_ratio=mg / median_gap,
-        flags=flags.as_dict(),
-        gaps=[GapOut(**g.as_dict()) for g in M.gaps(d, top=top_gaps)],
+        ddm=plug_in["ddm"], ddm_sd=sd["ddm"], w1_uniform=w1, w1_uniform_sd=sd["w1_uniform"],
+        max_gap=plug_in["max_gap"], max_gap_sd=sd["max_gap"], top5_sum=plug_in["top5_sum"],
+        top5_sum_sd=sd["top5_sum"], posterior=posterior, null=null_out, resolution=resolution,
+        uniform_median_max_gap=median_gap, uniform_baseline_ratio=plug_in["max_gap"] / median_gap,
+        flags=flags, verdicts=verdicts, warnings=design_warnings(responses, resolution, verdicts, null_out),
+        gaps=[GapOut(**g.as_dict(), at_floor=g.width <= gap_floor) for g in M.gaps(d, top=top_gaps)],
         checks=[CheckOut(**c.as_dict()) for c in checks],
         items=[ItemOut(item_id=i, b=float(bb), b_sd=float(sd), d=float(dd))
                for i, bb, sd, dd in zip(fit.item_ids, b, fit.b_sd, d)],
         models=[ModelOut(model=m, theta=float(t), theta_sd=float(sd), accuracy=float(a))
                 for m, t, sd, a in zip(fit.models, fit.theta_mean, fit.theta_sd, acc)],
-        theory=theory_summary(d, ddm),
+        theory=theory_summary(d, w1),
+        timings={k: round(v, 3) for k, v in timings.items()},
     )
 
 
@@ -203,8 +325,19 @@ def diagnose(
     *,
     top_gaps: int = 10,
 ) -> tuple[Diagnosis, IRTFit]:
-    """Fit IRT, run the seven checks and compute every metric. Returns the report and the fit (for the scale)."""
+    """Fit IRT, run the seven checks and compute every metric. Returns the report and the fit (for the scale).
+
+    Difficulties of a 1PL fit are the exact per-key posterior moments (SPEC section 3), so items with the same
+    counts get identical b and the gaps are not shrunk by Monte Carlo noise."""
     settings = settings or SamplerSettings()
+    clock = time.perf_counter()
     fit = fit_irt(responses, spec, settings)
+    timings = {"fit": time.perf_counter() - clock}
+    clock = time.perf_counter()
+    exact_item_moments(fit, responses)
+    timings["exact_b"] = time.perf_counter() - clock
+    clock = time.perf_counter()
     checks = run_checks(responses, fit, seed=settings.seed)
-    return build_diagnosis(responses, fit, checks, top_gaps=top_gaps, seed=settings.seed), fit
+    timings["checks"] = time.perf_counter() - clock
+    dg = build_diagnosis(responses, fit, checks, top_gaps=top_gaps, seed=settings.seed, timings=timings)
+    return dg, fit

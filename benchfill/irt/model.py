@@ -88,6 +88,9 @@ class IRTFit:
         b_sd_override / theta_sd_override: SDs for MAP previews (Laplace), None for sampled fits.
         wall_time_s: seconds the fit took.
         log_likelihood_max: largest log-likelihood seen (MAP value for MAP fits), for BIC.
+        b_mean_exact / b_sd_exact: (I,) posterior mean and SD of b computed exactly per likelihood key (quadrature
+            given the ability draws, see :func:`benchfill.irt.placement.exact_item_moments`); when set, ``b_mean``
+            and ``b_sd`` return them, so items with the same counts get identical values.
     """
 
     spec: IRTSpec
@@ -104,6 +107,8 @@ class IRTFit:
     theta_sd_override: np.ndarray | None = None
     wall_time_s: float = 0.0
     log_likelihood_max: float | None = None
+    b_mean_exact: np.ndarray | None = None
+    b_sd_exact: np.ndarray | None = None
     extra: dict[str, object] = field(default_factory=dict)
 
     # ---- summaries -------------------------------------------------------------------------------------
@@ -120,10 +125,12 @@ class IRTFit:
 
     @property
     def b_mean(self) -> np.ndarray:
-        return self.b.mean(axis=(0, 1))
+        return self.b_mean_exact if self.b_mean_exact is not None else self.b.mean(axis=(0, 1))
 
     @property
     def b_sd(self) -> np.ndarray:
+        if self.b_sd_exact is not None:
+            return self.b_sd_exact
         return self.b_sd_override if self.b_sd_override is not None else self.b.std(axis=(0, 1), ddof=1)
 
     @property
@@ -143,6 +150,12 @@ class IRTFit:
         if self.spec.guessing is not None:
             return np.asarray(self.spec.guessing, dtype=float)
         return np.zeros(len(self.item_ids))
+
+
+def thin_draws(draws: np.ndarray, max_draws: int) -> np.ndarray:
+    """At most ``max_draws`` rows of (S, ...) draws, evenly spaced (the same rows for the same S)."""
+    keep = np.unique(np.linspace(0, len(draws) - 1, min(max_draws, len(draws))).round().astype(int))
+    return draws[keep]
 
 
 def probability(theta: np.ndarray, b: np.ndarray, a: np.ndarray | None = None, c: np.ndarray | None = None) -> np.ndarray:

@@ -15,7 +15,7 @@ import numpy as np
 
 from benchfill.errors import InputError
 from benchfill.io import atomic_write_bytes
-from benchfill.irt.model import IRTFit
+from benchfill.irt.model import IRTFit, thin_draws
 
 FORMAT = "benchfill.scale/1"
 
@@ -70,7 +70,6 @@ class Scale:
         if max_draws < 1:
             raise ValueError("max_draws must be >= 1")
         theta = np.asarray(fit.theta, dtype=float).reshape(-1, fit.theta.shape[-1])
-        keep = np.unique(np.linspace(0, theta.shape[0] - 1, min(max_draws, theta.shape[0])).round().astype(int))
         b_mean = np.asarray(fit.b_mean, dtype=float)
         if b_mean.size < 2 or not np.isfinite(b_mean).all() or b_mean.max() <= b_mean.min():
             raise ValueError("a scale needs at least two items with finite, different difficulties")
@@ -78,7 +77,7 @@ class Scale:
             g = fit.guessing_vector()
             guessing = float(g[0]) if g.size and np.all(g == g[0]) else 0.0
         return cls(
-            models=list(fit.models), theta_draws=theta[keep].copy(), b_min=float(b_mean.min()),
+            models=list(fit.models), theta_draws=thin_draws(theta, max_draws).copy(), b_min=float(b_mean.min()),
             b_max=float(b_mean.max()), item_ids=list(fit.item_ids), b_mean=b_mean.copy(), guessing=float(guessing),
             source=str(source if source is not None else fit.extra.get("source", "")), kind=fit.spec.kind,
             method=str(fit.settings.method),

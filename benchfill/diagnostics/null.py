@@ -1,0 +1,150 @@
+"""The design's resolution and its design-aware null (SPEC section 3).
+
+A response design (which models, how many trials per cell, which guessing rate) limits how finely the difficulty
+axis can be resolved: items with the same likelihood key get the same posterior, so with K distinct keys the
+normalised difficulties take at most K values and the gaps can never be smaller than the key lattice allows. The
+null asks what the plug-in metrics look like for a benchmark WITHOUT holes under the same design: true
+difficulties i.i.d. uniform over the fitted range, answered by the same models (posterior-mean abilities) with the
+same trial counts and guessing rates, and put through the same estimator (exact per-key posterior means of b given
+the fit's ability draws). A metric is only evidence of a hole when it exceeds the null's 95th percentile.
+
+Cheap at any size: with the abilities fixed the posterior mean of b is a function of the key, so each distinct key
+is integrated once (cached across replicates) and a replicate costs one draw of the counts plus a sort.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from benchfill.diagnostics import metrics as M
+from benchfill.irt.model import thin_draws
+from benchfill.irt.placement import EXACT_DRAWS, grid_key_moments
+
+METRICS = ("ddm", "max_gap", "top5_sum")
+KEY_DRAW_BUDGET = 1e6  # distinct keys x ability draws integrated by the null
+MIN_DRAWS = 25
+THRESHOLDS = {"ddm": M.FLAG_DDM, "max_gap": M.FLAG_MAX_GAP, "top5_sum": M.FLAG_TOP5}
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """How finely the design can resolve the axis.
+
+    Attributes:
+        distinct_keys: number of distinct likelihood keys among the items (the number of distinct d values).
+        max_gap_floor, top5_floor: the smallest max gap and Top-5 sum any benchmark can show with that many
+            distinct values (1 / (K - 1) and min(5, K - 1) / (K - 1)).
+        at_floor: the design alone reaches a flag threshold: a benchmark without holes, answered by this panel,
+            would show max gap >= 0.10 or Top-5 >= 0.30 (by the key floor, or in at least half of the null's
+            replicates).
+    """
+
+    distinct_keys: int
+    max_gap_floor: float
+    top5_floor: float
+    at_floor: bool
+
+
+def key_floor(distinct_keys: int) -> tuple[float, float]:
+    """(max gap floor, Top-5 floor) that K distinct values put under every benchmark."""
+    if distinct_keys < 2:
+        return 1.0, 1.0
+    steps = distinct_keys - 1
+    return 1.0 / steps, min(5, steps) / steps
+
+
+def design_null(theta_draws: np.ndarray, n_trials: np.ndarray, guessing: np.ndarray | None,
+                b_range: tuple[float, float], *, replicates: int = 200, seed: int = 0,
+                max_draws: int | None = None, chunk: int = 25) -> dict[str, np.ndarray]:
+    """Plug-in DDM, max gap and Top-5 of ``replicates`` hole-free benchmarks under the observed design.
+
+    Args:
+        theta_draws: (S, J) the fit's ability draws, logits, thinned evenly to ``max_draws`` for the estimator:
+            by default as many as KEY_DRAW_BUDGET allows for the number of keys the design can produce, at most
+            :data:`benchfill.irt.placement.EXACT_DRAWS` (the draws of the observed per-key means, so a coarse
+            design without guessing reproduces them exactly) and at least MIN_DRAWS (guessing with rollouts,
+            whose keys are whole count columns and nearly all distinct).
+        n_trials: (J, I) trials per cell of the observed design (0 = not asked).
+        guessing: (I,) fixed guessing rate per item, or None.
+        b_range: (lo, hi) the fitted range of posterior-mean b, logits; true difficulties are U(lo, hi).
+    Returns:
+        {"ddm", "max_gap", "top5_sum"}: (replicates,) arrays; "theta_draws": the number of draws used.
+    """
+    rng = np.random.default_rng(seed)
+    n = np.asarray(n_trials, dtype=np.int64)
+    J, I = n.shape
+    c = np.zeros(I) if guessing is None else np.asarray(guessing, dtype=float)
+    theta = np.asarray(theta_draws, dtype=float).mean(0)
+    lo, hi = b_range
+    binary = n.max() <= 1
+    # Items without guessing are keyed by (trial pattern, total correct); with guessing by the whole column.
+    patterns, pattern_of = np.unique(n.T, axis=0, return_inverse=True)
+    pattern_of = pattern_of.reshape(-1)
+    plain = c <= 0
+    c_values, c_index = np.unique(c, return_inverse=True)
+    # A key row: (trial pattern, guessing rate, total correct for plain items | the count column with guessing).
+    width = J if not plain.all() else 1
+    radices = np.array([len(patterns), len(c_values)] + [int(n.sum(0).max()) + 1 if plain.all() else int(n.max()) + 1]
+                       * width, dtype=object)
+    packable = float(np.sum([np.log2(float(r)) for r in radices])) < 62
+    weights = np.cumprod([1] + [int(r) for r in radices[:0:-1]])[::-1].astype(np.int64) if packable else None
+    if max_draws is None:  # as many ability draws as a budget of key x draw integrals allows
+        key_space = min(float(np.prod([float(r) for r in radices])), float(replicates) * I)
+        max_draws = int(np.clip(KEY_DRAW_BUDGET / key_space, MIN_DRAWS, EXACT_DRAWS))
+    draws = thin_draws(np.asarray(theta_draws, dtype=float), max_draws)
+    cache: dict[object, float] = {}
+    out = {k: np.empty(replicates) for k in METRICS}
+    for first in range(0, replicates, chunk):
+        reps = range(first, min(replicates, first + chunk))
+        per_rep = []
+        for _ in reps:
+            b = rng.uniform(lo, hi, I)
+            p = c + (1.0 - c) / (1.0 + np.exp(-(theta[:, None] - b[None, :])))
+            y = (rng.random((J, I)) < p).astype(np.int64) if binary else rng.binomial(n, p)
+            y = np.where(n > 0, y, 0)
+            body = y.sum(0)[:, None] if plain.all() else np.where(plain[:, None], y.sum(0)[:, None], y.T)
+            rows = np.concatenate([pattern_of[:, None], c_index[:, None], body], axis=1)
+            if weights is not None:  # one integer per item: a 1-D unique is far faster than one over rows
+                _, first_of, inverse = np.unique(rows @ weights, return_index=True, return_inverse=True)
+                rows = rows[first_of]
+                tags = list((rows @ weights).tolist())
+            else:
+                rows, inverse = np.unique(rows, axis=0, return_inverse=True)
+                tags = [row.tobytes() for row in rows]
+            per_rep.append((tags, inverse.reshape(-1), rows))
+        new: dict[object, np.ndarray] = {}
+        for tags, _, rows in per_rep:
+            for t, row in zip(tags, rows):
+                if t not in cache and t not in new:
+                    new[t] = row
+        if new:
+            _integrate(new, cache, draws, patterns, c_values)
+        for r, (tags, inverse, _) in zip(reps, per_rep):
+            means = np.array([cache[t] for t in tags])[inverse]
+            for k, v in M.headline_metrics(M.normalise(means)).items():
+                out[k][r] = v
+    out["theta_draws"] = np.array(len(draws))
+    return out
+
+
+def _integrate(new: dict[object, np.ndarray], cache: dict[object, float], draws: np.ndarray,
+               patterns: np.ndarray, c_values: np.ndarray) -> None:
+    """Exact posterior means of b for the keys in ``new`` (rows as built by :func:`design_null`), into cache."""
+    rows = np.array(list(new.values()))
+    n_rows = patterns[rows[:, 0]]
+    c_rows = c_values[rows[:, 1]]
+    body = rows[:, 2:]
+    # Without guessing only the total matters: spread it over the models in order, within their trials.
+    total = body[:, 0]
+    spread = np.clip(total[:, None] - (np.cumsum(n_rows, 1) - n_rows), 0, n_rows)
+    y_rows = spread if body.shape[1] == 1 else np.where((c_rows <= 0)[:, None], spread, body)
+    moments = grid_key_moments(draws, y_rows, n_rows, c_rows if np.any(c_rows > 0) else None)
+    for t, m in zip(new, moments.item_mean):
+        cache[t] = float(m)
+
+
+def summarise_null(null: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """Median and 95th percentile of each null metric."""
+    return {k: {"median": float(np.median(null[k])), "q95": float(np.quantile(null[k], 0.95))} for k in METRICS}
