@@ -47,6 +47,37 @@ class Resolution:
     at_floor: bool
 
 
+MAX_ENUMERATED_KEYS = 4096
+
+
+def attainable_b(theta_draws: np.ndarray, n_pattern: np.ndarray, guessing: float = 0.0) -> np.ndarray | None:
+    """Every posterior-mean b (logits, sorted) that a new item answered by these models with these trials can get.
+
+    A panel places an item only at one of its likelihood keys: (J,) trials ``n_pattern`` give the totals 0..sum(n)
+    without guessing, and every count column with it. A gap with none of these values strictly inside cannot be
+    filled measurably by this panel. None when guessing makes the columns too many to enumerate.
+    """
+    n = np.asarray(n_pattern, dtype=np.int64)
+    if guessing > 0:
+        sizes = n + 1
+        if float(np.prod(sizes.astype(float))) > MAX_ENUMERATED_KEYS:
+            return None
+        y = np.stack(np.meshgrid(*[np.arange(k) for k in sizes], indexing="ij"), -1).reshape(-1, len(n))
+    else:
+        total = np.arange(int(n.sum()) + 1)
+        y = np.clip(total[:, None] - (np.cumsum(n) - n)[None, :], 0, n[None, :])
+    rows = np.broadcast_to(n, y.shape)
+    g = np.full(len(y), guessing) if guessing > 0 else None
+    return np.sort(grid_key_moments(thin_draws(np.asarray(theta_draws, dtype=float), EXACT_DRAWS), y, rows, g).mean)
+
+
+def gap_is_unfillable(lo: float, hi: float, attainable_d: np.ndarray | None) -> bool:
+    """No attainable placement strictly inside (lo, hi) on the normalised axis (False when unknown)."""
+    if attainable_d is None:
+        return False
+    return not bool(np.any((attainable_d > lo + 1e-9) & (attainable_d < hi - 1e-9)))
+
+
 def key_floor(distinct_keys: int) -> tuple[float, float]:
     """(max gap floor, Top-5 floor) that K distinct values put under every benchmark."""
     if distinct_keys < 2:

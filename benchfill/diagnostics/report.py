@@ -15,7 +15,8 @@ from pydantic import BaseModel, Field
 import benchfill
 from benchfill.data import ResponseMatrix
 from benchfill.diagnostics import metrics as M
-from benchfill.diagnostics.null import THRESHOLDS, design_null, key_floor, summarise_null
+from benchfill.diagnostics.null import (THRESHOLDS, attainable_b, design_null, gap_is_unfillable, key_floor,
+                                       summarise_null)
 from benchfill.irt.checks import Check, run_checks
 from benchfill.irt.fast import reduce_items
 from benchfill.irt.fit import fit_irt
@@ -33,8 +34,8 @@ class GapOut(BaseModel):
     hi: float
     mid: float
     width: float
-    at_floor: bool = Field(False, description="no wider than the null's 95th percentile of the max gap: a "
-                                              "hole-free benchmark under this design shows such gaps")
+    at_floor: bool = Field(False, description="no placement the benchmark's own design can give lies strictly "
+                                              "inside: an item answered like the others cannot be seen to fill it")
 
 
 class MetricPosterior(BaseModel):
@@ -227,6 +228,16 @@ def resolution_of(responses: ResponseMatrix, guessing: np.ndarray | None,
     return ResolutionOut(distinct_keys=keys, max_gap_floor=gap_floor, top5_floor=top5_floor, at_floor=bool(at_floor))
 
 
+def modal_pattern(n_trials: np.ndarray) -> np.ndarray:
+    """(J,) the most common column of trials: how the benchmark's typical item was answered."""
+    patterns, counts = np.unique(np.asarray(n_trials).T, axis=0, return_counts=True)
+    return patterns[int(np.argmax(counts))]
+
+
+def _common_guessing(guess: np.ndarray | None) -> bool:
+    return guess is None or bool(np.all(guess == guess[0]))
+
+
 def _design(responses: ResponseMatrix) -> str:
     n = responses.n_trials[responses.n_trials > 0]
     trials = f"{int(np.median(n))} trial" + ("s" if np.median(n) != 1 else "") + " per cell"
@@ -286,8 +297,11 @@ def build_diagnosis(
     null_by_metric = None if null_out is None else {k: getattr(null_out, k) for k in THRESHOLDS}
     flags, verdicts = decide(plug_in, posterior, null_by_metric)
     resolution = resolution_of(responses, guess, null_by_metric)
-    gap_floor = null_out.max_gap.q95 + NULL_TOL if null_out is not None else -1.0
     guess_value = float(np.max(guess)) if guess is not None and np.any(guess > 0) else None
+    attainable = None  # where a new item answered like the benchmark's typical item can land
+    if fit.spec.kind == "1pl" and fit.c is None and _common_guessing(guess):
+        values = attainable_b(fit.flat("theta"), modal_pattern(responses.n_trials), guess_value or 0.0)
+        attainable = None if values is None else M.normalise(values, b.min(), b.max())
     acc = responses.accuracy_by_model()
     s = fit.settings
     sd = {k: (posterior[k].sd if posterior else None) for k in ("ddm", "w1_uniform", "max_gap", "top5_sum")}
@@ -307,7 +321,7 @@ def build_diagnosis(
         top5_sum_sd=sd["top5_sum"], posterior=posterior, null=null_out, resolution=resolution,
         uniform_median_max_gap=median_gap, uniform_baseline_ratio=plug_in["max_gap"] / median_gap,
         flags=flags, verdicts=verdicts, warnings=design_warnings(responses, resolution, verdicts, null_out),
-        gaps=[GapOut(**g.as_dict(), at_floor=g.width <= gap_floor) for g in M.gaps(d, top=top_gaps)],
+        gaps=[GapOut(**g.as_dict(), at_floor=gap_is_unfillable(g.lo, g.hi, attainable)) for g in M.gaps(d, top=top_gaps)],
         checks=[CheckOut(**c.as_dict()) for c in checks],
         items=[ItemOut(item_id=i, b=float(bb), b_sd=float(sd), d=float(dd))
                for i, bb, sd, dd in zip(fit.item_ids, b, fit.b_sd, d)],

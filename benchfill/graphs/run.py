@@ -49,6 +49,7 @@ class FillOptions:
     seed: int = 0
     compare: bool = False
     resume: bool = False
+    allow_floor_gaps: bool = False
 
     def fingerprint(self) -> dict[str, Any]:
         """What must not change between a run and its resume."""
@@ -68,6 +69,25 @@ def _crash_point(name: str) -> None:
 
     if os.environ.get(CRASH_ENV, "").partition(":")[0] == name:
         os._exit(137)
+
+
+def refuse_floor_gaps(dg: Diagnosis, scale: Scale, panel: list[ModelConfig], n_gaps: int, where: str) -> None:
+    """SPEC section 4.1: a gap at the design's resolution floor is not a target unless asked for. Here that is a gap
+    with no placement the labelling panel can give strictly inside: the panel cannot measure whether it was
+    filled (a child lands on one of its likelihood keys, i.e. on or outside the gap's edges)."""
+    from benchfill.diagnostics.null import attainable_b, gap_is_unfillable
+
+    by_model = {m.label: m.rollouts for m in panel}
+    pattern = np.array([by_model.get(m, 0) for m in scale.models])
+    values = attainable_b(scale.theta_draws, pattern, scale.guessing)
+    attainable = None if values is None else scale.normalise(values)
+    for k, g in enumerate(dg.gaps[:n_gaps], start=1):
+        if gap_is_unfillable(g.lo, g.hi, attainable):
+            raise InputError(where, f"gap {k} [{g.lo:.3f}, {g.hi:.3f}] (width {g.width:.3f}) is at the design's "
+                                    f"resolution floor: the panel ({len(panel)} models x {int(pattern.max())} "
+                                    f"rollouts) can place no item strictly inside it, so it cannot tell whether the "
+                                    f"gap was filled; ask for fewer --gaps, more rollouts or models, or pass "
+                                    f"--allow-floor-gaps")
 
 
 def search_params(config: RunConfig) -> SearchParams:
@@ -132,6 +152,8 @@ class FillRun:
         self.items: list[Item] = [by_id[i] for i in self.scale.item_ids]
         self.d = np.array([it.d for it in self.diagnosis.items])
         self.panel = simulated_panel(config, self.scale) if config.simulated else _check_panel(config, self.scale)
+        if not opts.allow_floor_gaps:
+            refuse_floor_gaps(self.diagnosis, self.scale, self.panel, opts.n_gaps, str(opts.responses))
         sim = None
         if config.simulated:
             from benchfill.models.sim import SimWorld
