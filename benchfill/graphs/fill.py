@@ -28,6 +28,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from benchfill.data import Item
+from benchfill.graphs.adaptive import adaptive_label
 from benchfill.graphs.policy import (
     SearchParams,
     propose_gaps,
@@ -259,7 +260,9 @@ def build_nodes(ctx: FillContext) -> dict[str, Callable[[FillState], dict[str, A
 
     def label(state: FillState) -> dict[str, Any]:
         cands = [c for c in (ctx.bank.candidate(cid) for cid in state.children) if c["status"] in ("valid", "labelled", "placed")]
-        if cands:
+        if cands and p.labelling == "adaptive":
+            _label_adaptive(ctx, state, cands)
+        elif cands:
             items = [Item(id=c["id"], question=c["question"], answer=c["answer"], format=c.get("format") or None)
                      for c in cands]
             run_cfg = ctx.config.model_copy(update={"panel": ctx.panel})
@@ -329,6 +332,60 @@ def build_nodes(ctx: FillContext) -> dict[str, Callable[[FillState], dict[str, A
         "validate": validate, "label": label, "place": place, "stop": stop, "finalize": finalize,
     }
     return {name: _tracked(ctx, name, fn) for name, fn in nodes.items()}
+
+
+def _label_adaptive(ctx: FillContext, state: FillState, cands: list[dict[str, Any]]) -> None:
+    """``labelling = "adaptive"``: the round's valid children answered step by step by the most informative panel
+    models until each is decided (:mod:`benchfill.graphs.adaptive`). Every answer goes through the call cache
+    under the same key full labelling would use (model, messages, rollout index), and the schedule depends only on
+    the answers, so a re-run of this node repeats the same steps from the cache and pays for no call twice."""
+    from benchfill.models.evaluate import answer_and_grade
+    from benchfill.models.grading import Grader
+    from benchfill.models.prompts import answer_messages
+
+    client = ctx.client.client
+    by_label = {m.label: m for m in ctx.panel}
+    models = [by_label[m] for m in ctx.scale.models]
+    items = [Item(id=c["id"], question=c["question"], answer=c["answer"], format=c.get("format") or None)
+             for c in cands]
+    grader = Grader(client, ctx.config.grader, ctx.prompts)
+    messages = [answer_messages(it, ctx.prompts) for it in items]
+    fingerprints = [grader.fingerprint(it) for it in items]
+
+    def ask(plan: list[tuple[int, int, int]]) -> list[int | None]:
+        async def one(i: int, j: int, r: int):
+            return await answer_and_grade(client, grader, models[j], items[i], messages[i], fingerprints[i], r)
+
+        results = ctx.client.run(_all(one(*x) for x in plan))
+        failed = [res.error if not res.ok else (g.reason or "judge failed") for res, g in results
+                  if g.label == "skip" and (g.method == "call" or (g.reason or "").startswith("judge failed"))]
+        if failed:  # holes are no placement: stop, the resume asks again (the answers so far are cached)
+            raise CallsFailed(failed)
+        return [None if g.label == "skip" else int(g.label == "correct") for _, g in results]
+
+    # the gap's children placed in earlier rounds bound the window that could win
+    incumbent = np.inf
+    z = ctx.params.adaptive_z
+    for c in ctx.bank.candidates(state.method, state.gap_index):
+        if c["round"] < state.round and c["status"] in ("placed", "chosen") and c["d"] is not None:
+            incumbent = min(incumbent, abs(c["d"] - state.target) + z * (c["d_sd"] or 0.0))
+    result = adaptive_label(ctx.scale, state.target, [m.rollouts for m in models], len(items), ask, ctx.params,
+                            incumbent_u=incumbent)
+    ctx.maybe_crash("label")
+    from benchfill.io import atomic_write_json
+
+    out = ctx.label_dir / f"{state.method}-g{state.gap_index}-r{state.round}"
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "adaptive.json", {
+        "children": [it.id for it in items], "models": list(ctx.scale.models), "status": result.status,
+        "notes": result.notes, "answers": [int(a) for a in result.answers],
+        "steps": [{"open": s["open"], "window": s["window"], "batch": [list(x) for x in s["batch"]]}
+                  for s in result.steps]})
+    for i, c in enumerate(cands):
+        counts = {m: [int(result.n_correct[i, j]), int(result.n_trials[i, j])]
+                  for j, m in enumerate(ctx.scale.models) if result.asked[i, j] > 0}
+        ctx.bank.update_candidate(c["id"], counts=counts, status="labelled", answers=int(result.answers[i]),
+                                  labelling=result.status[i], label_note=result.notes[i])
 
 
 def _tracked(ctx: FillContext, name: str, fn: Callable[[FillState], dict[str, Any]]):

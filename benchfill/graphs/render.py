@@ -97,6 +97,8 @@ def trace_tree(data: dict[str, Any]) -> Tree:
                     k = sum(v[0] for v in c["counts"].values())
                     n = sum(v[1] for v in c["counts"].values())
                     line += f"  panel {k}/{n}"
+                if c.get("labelling"):
+                    line += f"  adaptive: {c['labelling']} ({c.get('label_note') or ''})"
                 if c["verdict"] and not c["valid"]:
                     line += f"  judge: {c['verdict'].get('reason', '')[:60]}"
                 if c["error"]:

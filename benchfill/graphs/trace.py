@@ -37,6 +37,7 @@ def gap_trace(bank: MemoryBank, method: str, gap: int) -> dict[str, Any]:
                 "verdict": json.loads(c["verdict"]) if c["verdict"] else None, "counts": c["counts"],
                 "b": c["b"], "b_sd": c["b_sd"], "d": c["d"], "d_sd": c["d_sd"], "deviation": c["deviation"],
                 "error": c["error"] or None, "rewriter": c["rewriter"], "judge": c["judge"] or None,
+                "answers": c.get("answers"), "labelling": c.get("labelling"), "label_note": c.get("label_note"),
             } for c in kids],
             "usage": usage.get(r, {"calls": 0, "tokens": 0, "cost": 0.0}),
         })

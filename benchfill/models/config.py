@@ -182,6 +182,16 @@ class FillParams(BaseModel):
     sequential: bool = True  # recompute the gaps after each filled gap (else: a fixed list from the start)
     display_scale: float = Field(default=10.0, gt=0)  # difficulties shown to the rewriter on 0-10, not 0-1
     sim_panel_rollouts: int = Field(default=4, ge=1, le=1000)  # simulated world only: answers per model and child
+    # labelling (issue 17): "full" = every panel model answers every valid child `rollouts` times (the paper);
+    # "adaptive" = small batches from the most informative models, exact posterior after each, children stop when
+    # decided (benchfill/graphs/adaptive.py has the rule); per-child cap = the full panel's answers
+    labelling: Literal["full", "adaptive"] = "full"
+    adaptive_batch: int = Field(default=4, ge=1, le=1000)  # answers per child per step
+    adaptive_min_answers: int = Field(default=8, ge=1, le=100_000)  # answers before a child may be dropped
+    adaptive_z: float = Field(default=1.645, gt=0, le=10)  # interval = mean +- z SD (1.645: 90 %)
+    adaptive_precision: float = Field(default=0.02, ge=0, le=1)  # stop a child whose z SD on d is <= this
+    adaptive_budget: float = Field(default=0.5, gt=0, le=1)  # a round's answers, share of full labelling's
+    adaptive_rollout_factor: int = Field(default=2, ge=1, le=100)  # a model answers a child <= this x its rollouts
 
     @property
     def children_per_round(self) -> int:
