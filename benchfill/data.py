@@ -2,7 +2,8 @@
 
 Response data (SPEC section 1) is long format ``model, item_id, n_correct, n_trials`` (CSV, CSV.GZ or JSONL);
 a wide 0/1 matrix (first column = model, one column per item) and py-irt's jsonlines
-(``{"subject_id", "responses": {item: 0/1}}``) are read too. Every rule broken raises
+(``{"subject_id", "responses": {item: 0/1}}``) are read too, and so are other harnesses' eval logs (a log file or a
+folder of them; :mod:`benchfill.importers`, detected when unambiguous). Every rule broken raises
 :class:`benchfill.errors.InputError` naming the file, row and rule.
 """
 
@@ -140,13 +141,19 @@ def _open_text(path: Path) -> str:
 
 
 def load_responses(path: str | Path, items: Sequence[Item] | None = None, *, min_models: int = 2) -> ResponseMatrix:
-    """Read and validate a response file (long CSV/JSONL, wide 0/1 CSV, or py-irt jsonlines).
+    """Read and validate a response file (long CSV/JSONL, wide 0/1 CSV, or py-irt jsonlines), or eval logs of
+    lm-eval, inspect_ai, HELM, OpenCompass or the Open LLM Leaderboard (a file or folder; format detected).
 
     When ``items`` is given, every item id in the responses must be one of them and every item must have been
     attempted by some model; the matrix columns then follow the items' order. ``min_models`` is the fewest models
     the file must hold: 2 for IRT (the default), 1 for a single checkpoint's file (``benchfill detect``).
     """
     path = Path(path)
+    from benchfill.importers import detect
+
+    fmt = detect(path)
+    if fmt is not None:
+        return _from_logs(path, fmt, items, min_models)
     text = _open_text(path)
     if not text.strip():
         raise InputError(str(path), "empty file")
@@ -156,6 +163,42 @@ def load_responses(path: str | Path, items: Sequence[Item] | None = None, *, min
     else:
         frame = _csv_frame(path, text)
     return _matrix_from_long(path, frame, items, min_models)
+
+
+def _from_logs(path: Path, fmt: str, items: Sequence[Item] | None, min_models: int) -> ResponseMatrix:
+    """Eval logs of another harness (a folder of them, or one log file), read with the format's defaults
+    (``benchfill import`` chooses the metric, filter or threshold)."""
+    from benchfill.importers import import_logs
+
+    matrix = import_logs(fmt, [path]).matrix(str(path), min_models)
+    if items is None:
+        return matrix
+    known = [it.id for it in items]
+    unknown = [i for i in matrix.item_ids if i not in set(known)]
+    if unknown:
+        raise InputError(str(path), f"unknown item_id={unknown[0]} (not in the items file)")
+    pos = {t: i for i, t in enumerate(matrix.item_ids)}
+    missing = [t for t in known if t not in pos]
+    if missing:
+        raise InputError(str(path), f"item_id={missing[0]} was attempted by no model (n_trials is 0 everywhere)")
+    return ResponseMatrix(matrix.models, known, matrix.n_correct[:, [pos[t] for t in known]],
+                          matrix.n_trials[:, [pos[t] for t in known]], matrix.source, dict(matrix.meta))
+
+
+def item_groups(responses: ResponseMatrix, by: str, items_table: str | Path | None) -> dict[str, list[str]]:
+    """Item ids grouped by ``by``: a column of the items table when given, else the grouping the responses carry
+    (imported logs carry ``task``; a long CSV may have a ``task`` column)."""
+    if items_table is not None:
+        return read_item_groups(items_table, by, responses.item_ids)
+    groups = (responses.meta.get("groups") or {}).get(by)
+    if not groups:
+        have = ", ".join(responses.meta.get("groups") or {}) or "none"
+        raise InputError(responses.source, f"no grouping {by!r} in the responses (they carry: {have}); "
+                                           "give --items-table")
+    out: dict[str, list[str]] = {}
+    for item in responses.item_ids:
+        out.setdefault(str(groups[item]), []).append(item)
+    return out
 
 
 def _csv_frame(path: Path, text: str) -> pd.DataFrame:
@@ -307,7 +350,10 @@ def _matrix_from_long(
             str(path), f"item_id={item_ids[i]} was attempted by no model (n_trials is 0 everywhere)",
             row=int(rows.iloc[0]) if len(rows) else None,
         )
-    return ResponseMatrix(models, item_ids, correct, trials, str(path))
+    meta: dict[str, Any] = {}
+    if "task" in frame.columns:  # written by `benchfill import`: the grouping `suite --by task` uses
+        meta["groups"] = {"task": dict(zip(frame["item_id"], frame["task"].astype(str)))}
+    return ResponseMatrix(models, item_ids, correct, trials, str(path), meta)
 
 
 def select_models(matrix: ResponseMatrix, k: int) -> list[str]:

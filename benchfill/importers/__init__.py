@@ -1,0 +1,87 @@
+"""Importers: eval logs of other harnesses -> the project's response counts (and item texts).
+
+One module per format, each with ``NAME`` and ``read(paths, Options) -> ImportResult``:
+
+| format | reads |
+|---|---|
+| ``lm-eval`` | lm-evaluation-harness ``--log_samples`` output: ``samples_<task>_<date>.jsonl`` + ``results_<date>.json`` |
+| ``inspect`` | inspect_ai logs, ``.eval`` (zip) and ``.json`` |
+| ``helm`` | HELM run folders: ``run_spec.json`` + ``per_instance_stats.json`` (+ ``instances.json``) |
+| ``opencompass`` | OpenCompass ``results/<model>/<dataset>.json`` with ``details`` |
+| ``openllm`` | Open LLM Leaderboard details: lm-eval sample files or Parquet |
+
+:func:`detect` names the format of a file or folder when it is unambiguous; :func:`import_logs` reads it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import Sequence
+
+from benchfill.errors import InputError
+from benchfill.importers import helm, inspect_log, lm_eval, opencompass, openllm
+from benchfill.importers.base import ImportResult, Options
+
+FORMATS: dict[str, ModuleType] = {m.NAME: m for m in (lm_eval, inspect_log, helm, opencompass, openllm)}
+ALIASES = {"lmeval": "lm-eval", "lm_eval": "lm-eval", "lm-evaluation-harness": "lm-eval", "inspect_ai": "inspect",
+           "inspect-ai": "inspect", "open-llm-leaderboard": "openllm", "open_llm_leaderboard": "openllm"}
+
+__all__ = ["FORMATS", "ImportResult", "Options", "detect", "import_logs", "resolve_format"]
+
+
+def resolve_format(name: str) -> str:
+    key = ALIASES.get(name.strip().lower(), name.strip().lower())
+    if key not in FORMATS:
+        raise InputError(name, f"unknown import format; one of {', '.join(FORMATS)}")
+    return key
+
+
+def _classify(path: Path) -> str | None:
+    """The format a single file belongs to, or None (not a log of any known harness)."""
+    name = path.name
+    if name == "run_spec.json":
+        return helm.NAME if (path.parent / "per_instance_stats.json").exists() else None
+    if (path.parent / "run_spec.json").exists():  # the other files of a HELM run folder
+        return None
+    if lm_eval.is_samples_file(path):
+        return lm_eval.NAME
+    if name.endswith(".parquet"):
+        return openllm.NAME
+    if inspect_log.is_log(path):
+        return inspect_log.NAME
+    if name.endswith(".json") and opencompass._has_details(path):
+        return opencompass.NAME
+    return None
+
+
+def detect(path: str | Path) -> str | None:
+    """The log format of a file or folder; None for a file of none (e.g. a response CSV). A folder must hold logs
+    of exactly one format (lm-eval sample files next to Parquet details count as ``openllm``)."""
+    p = Path(path)
+    if p.is_file():
+        return _classify(p)
+    if not p.is_dir():
+        return None
+    found: dict[str, Path] = {}
+    for f in sorted(q for q in p.rglob("*") if q.is_file()):
+        fmt = _classify(f)
+        if fmt:
+            found.setdefault(fmt, f)
+    if set(found) == {lm_eval.NAME, openllm.NAME}:
+        return openllm.NAME
+    if len(found) > 1:
+        which = "; ".join(f"{k} ({v})" for k, v in found.items())
+        raise InputError(str(p), f"holds logs of several formats: {which}; import them with `benchfill import "
+                                 "FORMAT PATHS` one format at a time")
+    if not found:
+        raise InputError(str(p), "a folder with no eval logs benchfill can read (lm-eval, inspect, helm, "
+                                 "opencompass, openllm)")
+    return next(iter(found))
+
+
+def import_logs(fmt: str, paths: Sequence[str | Path], opts: Options | None = None) -> ImportResult:
+    """Read ``paths`` (files or folders) as logs of ``fmt``."""
+    if not paths:
+        raise InputError(fmt, "no paths given")
+    return FORMATS[resolve_format(fmt)].read(list(paths), opts or Options())

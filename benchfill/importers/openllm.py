@@ -1,0 +1,68 @@
+"""Open LLM Leaderboard "details" (the ``open-llm-leaderboard/<org>__<model>-details`` datasets).
+
+Leaderboard v2 details are lm-evaluation-harness sample files: ``<org>__<model>/samples_<task>_<date>.jsonl``
+(read exactly as :mod:`benchfill.importers.lm_eval` reads them), or the same rows as Parquet (the Hub's
+conversion; one file per model and task). The model is the results file's ``model_name`` where one is next to the
+file, else the folder name ``<org>__<model>`` -> ``<org>/<model>``; the task is the ``samples_<task>_<date>`` part
+of the file name, else the file name. Parquet rows are read like sample lines (``doc_id``, ``filter``, ``metrics``
+and the metric columns); rows of the v1 leaderboard (lighteval details: a ``metrics`` column holding
+``{name: value}``, no ``doc_id``) are read with their row number as the sample id (rows are in document order).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+from benchfill.errors import InputError
+from benchfill.importers import lm_eval
+from benchfill.importers.base import ImportResult, Options, expand
+
+NAME = "openllm"
+
+
+def is_details_file(path: Path) -> bool:
+    return lm_eval.is_samples_file(path) or path.name.endswith(".parquet")
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    import pandas as pd
+
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises many types for a bad file
+        raise InputError(str(path), f"not a readable Parquet file ({str(exc).splitlines()[0]})") from None
+    for k, rec in enumerate(frame.to_dict(orient="records"), start=1):
+        rec = {key: _plain(v) for key, v in rec.items()}
+        if "doc_id" not in rec and isinstance(rec.get("metrics"), dict):  # lighteval (v1) details
+            metrics = rec.pop("metrics")
+            rec.update({"doc_id": k - 1, "metrics": list(metrics), **metrics})
+        elif isinstance(rec.get("metrics"), (list, tuple)):
+            rec["metrics"] = list(rec["metrics"])
+        yield k + 1, rec  # row 1 is the header in our messages, as for CSV
+
+
+def _plain(v: Any) -> Any:
+    """Arrow values as plain Python (numpy scalars and arrays to numbers and lists)."""
+    import numpy as np
+
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return [_plain(x) for x in v.tolist()]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+def read(paths: list[str | Path], opts: Options) -> ImportResult:
+    files = expand(paths, is_details_file)
+    if not files:
+        raise InputError(", ".join(map(str, paths)), "no Open LLM Leaderboard details (samples_*.jsonl or .parquet) "
+                                                      "found")
+    res = ImportResult(NAME, files=[str(f) for f in files])
+    for f in files:
+        rows = _parquet_rows(f) if f.name.endswith(".parquet") else lm_eval.rows_jsonl(f)
+        lm_eval.read_rows(res, f, rows, lm_eval.model_of(f, res), lm_eval.task_of(f), opts)
+    lm_eval.check_used(res, opts, paths)
+    return res
