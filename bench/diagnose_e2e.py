@@ -104,9 +104,10 @@ class TreePeak:
         self._thread.join()
 
 
-def run(cmd: list[str], env: dict[str, str], timeout: float) -> dict:
+def run(cmd: list[str], env: dict[str, str], timeout: float, cwd: Path) -> dict:
+    """Run ``cmd`` in ``cwd`` (the checkout under test: ``python -c`` puts the working directory first on sys.path)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, env=env, cwd=str(cwd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     peak = TreePeak(proc.pid)
     try:
         out, _ = proc.communicate(timeout=timeout)
@@ -164,7 +165,7 @@ def main() -> None:
         name, cmd = cases[key]
         best = None
         for _ in range(args.repeat):
-            res = run(cmd, env, args.timeout)
+            res = run(cmd, env, args.timeout, code)
             if res["rc"] != 0:
                 print(f"[{key}] exit {res['rc']}:\n{res['out'][-3000:]}", file=sys.stderr)
             if best is None or res["wall_s"] < best["wall_s"]:
@@ -175,7 +176,7 @@ def main() -> None:
         if key == "sim1000" and args.pymc:
             script = tmp / "pymc_whole.py"
             script.write_text(PYMC_SCRIPT.format(repo=str(code), path=str(sim)))
-            res = run([py, str(script)], env, args.timeout)
+            res = run([py, str(script)], env, args.timeout, code)
             if res["rc"] != 0:
                 print(f"[pymc] exit {res['rc']}:\n{res['out'][-3000:]}", file=sys.stderr)
             rows.append((name, "PyMC default NUTS, whole process", res))
