@@ -110,3 +110,26 @@ def test_posterior_intervals_of_the_metrics_cover_the_truth():
             hits[k] += lo <= truth[k] <= hi
     cover = {k: v / reps for k, v in hits.items()}
     assert all(0.85 <= c <= 0.95 for c in cover.values()), cover
+
+
+@pytest.mark.slow
+def test_placed_items_d_intervals_cover_the_true_axis():
+    """A placed item's d interval includes the uncertainty of the axis' ends: 90 % intervals cover the item's
+    true position on the TRUE axis (true min and max of the benchmark) about 90 % of the time."""
+    from benchfill.irt.placement import exact_item_moments, place_items
+    from benchfill.irt.scale import Scale
+
+    rng = np.random.default_rng(5)
+    hits = []
+    for _ in range(6):
+        theta, b = rng.normal(size=12), rng.uniform(-2, 2, 200)
+        resp = simulate_responses(theta, b, 4, seed=rng)
+        fit = fit_irt(resp, IRTSpec(), FAST)
+        exact_item_moments(fit, resp)
+        scale = Scale.from_fit(fit)
+        b_new = rng.uniform(-2, 2, 60)
+        new = simulate_responses(theta, b_new, 4, seed=rng)
+        placed = place_items(scale, new.n_correct.T, new.n_trials.T)
+        d_true = (b_new - b.min()) / (b.max() - b.min())
+        hits.append(np.abs(placed.d - d_true) <= 1.645 * placed.d_sd)
+    assert 0.84 <= np.mean(hits) <= 0.96, np.mean(hits)

@@ -33,7 +33,7 @@ class Placement:
     Attributes:
         b_mean, b_sd: (K,) posterior mean and SD of b_new, logits.
         d, d_sd: (K,) the same on the benchmark's normalised scale, (b - b_min) / (b_max - b_min); d may fall
-            outside [0, 1].
+            outside [0, 1]; d_sd includes the uncertainty of the axis' ends (:meth:`Scale.d_sd`).
         item_ids: ids of the placed items (empty when placed from bare arrays).
         ignored_models: models in the responses that are not on the scale (their answers were not used).
     """
@@ -93,7 +93,8 @@ def place_items(scale: Scale, n_correct: np.ndarray, n_trials: np.ndarray,
         return Placement(empty, empty, empty, empty)
     moments = key_posterior_moments(np.asarray(scale.theta_draws, dtype=float), y, n, c)
     b_mean, b_sd = moments.item_mean, moments.item_sd
-    return Placement(b_mean=b_mean, b_sd=b_sd, d=scale.normalise(b_mean), d_sd=b_sd / scale.span)
+    d = scale.normalise(b_mean)
+    return Placement(b_mean=b_mean, b_sd=b_sd, d=d, d_sd=scale.d_sd(d, b_sd))
 
 
 @dataclass(frozen=True)
