@@ -102,3 +102,24 @@ def test_workers_start_safely_with_another_thread_alive(monkeypatch):
     assert forked.extra["fast"]["processes"] == served.extra["fast"]["processes"] == 2
     np.testing.assert_array_equal(forked.b, served.b)
     np.testing.assert_array_equal(forked.theta, served.theta)
+
+
+def test_convergence_checks_per_likelihood_key_on_large_benchmarks(monkeypatch):
+    """Above the limit, M1 / M2 look at every ability and, per likelihood key, at the first items of the key
+    (at least one each); the figures are ArviZ's rank-normalised ones on those chains."""
+    import benchfill.irt.checks as C
+
+    rng = np.random.default_rng(6)
+    theta, b = rng.normal(size=12), rng.normal(size=300)
+    n = np.ones((12, 300), dtype=int)
+    y = rng.binomial(n, 1 / (1 + np.exp(-(theta[:, None] - b[None, :]))))
+    resp = ResponseMatrix([f"m{j}" for j in range(12)], [f"q{i}" for i in range(300)], y, n, "<sim>")
+    fit = fit_irt(resp, IRTSpec(), SamplerSettings(method="fast", chains=4, tune=100, draws=300, seed=2))
+    items = C._difficulties_to_check(resp, fit, 40)
+    keys = y.sum(0)
+    assert len(items) <= 40 and set(keys[items]) == set(keys)  # every key (total score) represented
+    summary = C.convergence_summary(fit, responses=resp, max_difficulties=40)
+    assert summary["checked"] == 12 + len(items) and summary["parameters"] == 312
+    assert summary["method"] == "per likelihood key"
+    full = C.convergence_summary(fit, method="arviz")
+    assert summary["max_rhat"] <= full["max_rhat"] + 1e-12 and summary["min_ess_bulk"] >= full["min_ess_bulk"] - 1e-9

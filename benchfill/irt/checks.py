@@ -270,10 +270,13 @@ def mcmc_checks(fit: IRTFit, responses: ResponseMatrix | None = None, method: st
     ess = min(conv["min_ess_bulk"], conv["min_ess_tail"])
     rhat_ok = fit.b.shape[0] > 1 and conv["max_rhat"] <= M1_MAX_RHAT
     scope = {"parameters": conv["parameters"], "checked": conv["checked"], "method": conv["method"]}
+    over = ("over all parameters" if conv["checked"] == conv["parameters"] else
+            f"over {conv['checked']:,} of {conv['parameters']:,} parameters (all abilities; difficulties per "
+            "likelihood key, items of a key sharing one posterior)")
     checks = [
-        Check("M1", "max R-hat over all parameters", bool(rhat_ok), conv["max_rhat"], M1_MAX_RHAT, "<=",
+        Check("M1", f"max R-hat {over}", bool(rhat_ok), conv["max_rhat"], M1_MAX_RHAT, "<=",
               scope if fit.b.shape[0] > 1 else {"reason": "R-hat needs >= 2 chains", **scope}),
-        Check("M2", "min bulk and tail ESS over all parameters", bool(ess >= M2_MIN_ESS), ess, M2_MIN_ESS, ">=",
+        Check("M2", f"min bulk and tail ESS {over}", bool(ess >= M2_MIN_ESS), ess, M2_MIN_ESS, ">=",
               {"min_ess_bulk": conv["min_ess_bulk"], "min_ess_tail": conv["min_ess_tail"], **scope}),
         Check("M3", "divergent transitions", fit.divergences == 0, float(fit.divergences), 0.0, "=="),
     ]
