@@ -1,0 +1,220 @@
+"""Adaptive labelling (issue 17), SIMULATED world: the rule on a known scale with planted child difficulties (calls,
+true |d - t| and posterior SD of the chosen child against full labelling; interval coverage; no (child, model,
+rollout) asked twice; deterministic schedule), and the fill end to end (fewer panel calls per gap, a crash inside
+the adaptive label node resumed to the unbroken run's items with no call paid twice, the setting's range)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_fill import SIM_CONFIG, _chosen, _cli, _double_calls, fill, make_benchmark
+
+from benchfill.graphs.adaptive import adaptive_label, expected_information, pick_models
+from benchfill.irt.placement import place_items
+from benchfill.irt.scale import Scale
+from benchfill.models.config import FillParams
+
+J, ROLLOUTS = 12, 4
+
+
+def make_scale(seed: int = 0, draws: int = 200) -> tuple[Scale, np.ndarray]:
+    """12 models spread over -3..3 logits with a little posterior spread, on an axis b in [-4, 4]."""
+    rng = np.random.default_rng(seed)
+    theta = np.linspace(-3, 3, J)
+    sc = Scale(models=[f"m{j:02d}" for j in range(J)], theta_draws=theta + 0.15 * rng.standard_normal((draws, J)),
+               b_min=-4.0, b_max=4.0, item_ids=[], b_mean=np.zeros(0))
+    return sc, np.asarray(sc.theta_draws).mean(0)
+
+
+def answer(rep: int, child: int, model: int, rollout: int, theta: np.ndarray, b: np.ndarray) -> int:
+    """The SIMULATED panel's answer: a pure function of (replicate, child, model, rollout), like the call cache, so
+    full and adaptive labelling see the same answer to the same call."""
+    digest = hashlib.sha256(f"{rep}|{child}|{model}|{rollout}".encode()).digest()
+    u = int.from_bytes(digest[:8], "big") / 2**64
+    return int(u < 1 / (1 + np.exp(-(theta[model] - b[child]))))
+
+
+def full_counts(rep, theta, b):
+    K = len(b)
+    k = np.array([[sum(answer(rep, i, j, r, theta, b) for r in range(ROLLOUTS)) for j in range(J)] for i in range(K)])
+    return k, np.full((K, J), ROLLOUTS)
+
+
+def run_adaptive(sc, theta, b, rep, target, params, asked_log=None):
+    def ask(plan):
+        if asked_log is not None:
+            asked_log.extend(plan)
+        return [answer(rep, i, j, r, theta, b) for i, j, r in plan]
+
+    return adaptive_label(sc, target, [ROLLOUTS] * J, len(b), ask, params)
+
+
+def chosen(placed, target):
+    """The search's choice: the child whose estimate is nearest the target (ties: first)."""
+    return int(np.argmin(np.abs(placed.d - target)))
+
+
+def test_adaptive_uses_fewer_calls_than_full_at_equal_or_better_true_deviation_and_a_tighter_chosen_item():
+    """Same rounds for both: 14 valid children planted around the target (SD 0.5 logits, the SIMULATED rewriter's
+    spread), 12 models x 4 rollouts. Full labelling asks 14 x 48 answers; adaptive stops when decided."""
+    sc, theta = make_scale()
+    params = FillParams(labelling="adaptive")
+    rng = np.random.default_rng(7)
+    calls = {"full": [], "adaptive": []}
+    dev = {"full": [], "adaptive": []}
+    sd = {"full": [], "adaptive": []}
+    for rep in range(24):
+        target = float(rng.uniform(0.3, 0.7))
+        b = sc.b_min + target * sc.span + 0.5 * rng.standard_normal(14)
+        true_d = sc.normalise(b)
+        k, n = full_counts(rep, theta, b)
+        full = place_items(sc, k, n)
+        res = run_adaptive(sc, theta, b, rep, target, params)
+        adapt = place_items(sc, res.n_correct, res.n_trials)
+        for name, placed, spent in (("full", full, n.sum()), ("adaptive", adapt, res.asked.sum())):
+            c = chosen(placed, target)
+            calls[name].append(int(spent))
+            dev[name].append(abs(true_d[c] - target))
+            sd[name].append(placed.d_sd[c])
+    m = {key: {name: float(np.mean(v[name])) for name in v} for key, v in
+         (("calls", calls), ("dev", dev), ("sd", sd))}
+    print(json.dumps(m))
+    assert m["calls"]["adaptive"] <= 0.6 * m["calls"]["full"]  # at least 40 % fewer panel calls
+    assert m["dev"]["adaptive"] <= m["dev"]["full"]  # the chosen child's TRUE |d - t|, equal or better
+    assert m["sd"]["adaptive"] < m["sd"]["full"]  # and placed more precisely
+
+
+def test_the_adaptive_posterior_covers_planted_difficulties_and_never_repeats_a_call():
+    """b drawn from the prior: 90 % intervals of the exact posterior after the adaptive schedule cover the planted b
+    at the nominal rate; no (child, model, rollout) is asked twice; no child gets more than the full panel's answers;
+    a second run on the same answers takes the same steps."""
+    sc, theta = make_scale(1)
+    params = FillParams(labelling="adaptive")
+    rng = np.random.default_rng(3)
+    inside = []
+    for rep in range(30):
+        b = rng.standard_normal(3)
+        target = float(sc.normalise(np.array([rng.standard_normal()]))[0])
+        log: list[tuple[int, int, int]] = []
+        res = run_adaptive(sc, theta, b, 1000 + rep, target, params, log)
+        assert len(set(log)) == len(log)
+        assert all(0 <= r < params.adaptive_rollout_factor * ROLLOUTS for _, _, r in log)
+        assert (res.asked.sum(1) <= J * ROLLOUTS).all()
+        assert set(res.status) <= {"dropped", "precise", "cap", "budget"}
+        placed = place_items(sc, res.n_correct, res.n_trials)
+        inside += list(np.abs(b - placed.b_mean) <= 1.645 * placed.b_sd)
+        if rep < 3:
+            again = run_adaptive(sc, theta, b, 1000 + rep, target, params)
+            assert again.steps == res.steps and (again.n_correct == res.n_correct).all()
+    assert np.mean(inside) >= 0.85, np.mean(inside)
+
+
+def test_the_most_informative_models_are_asked():
+    theta = np.linspace(-3, 3, J)
+    info = expected_information(theta, 1.0, 0.1)
+    assert int(np.argmax(info)) == int(np.argmin(np.abs(theta - 1.0)))
+    left = np.full(J, 1)
+    picks = pick_models(info, left, 4)
+    assert len(set(picks)) == 4 and set(picks) == set(np.argsort(-info)[:4].tolist())
+    assert pick_models(info, np.array([2] + [0] * (J - 1)), 4) == [0, 0]  # only what is left
+
+
+# ---- end to end ---------------------------------------------------------------------------------------------
+
+def write(folder: Path, labelling: str, name: str, max_rounds: int = 2) -> Path:
+    cfg = folder / name
+    cfg.write_text(SIM_CONFIG.format(invalid_rate=0.1, max_rounds=max_rounds, tolerance=0.01)
+                   + f'labelling = "{labelling}"\nsequential = false\n')
+    return cfg
+
+
+def gap_figures(out: Path) -> list[dict]:
+    """Per filled gap: panel calls, the chosen child's TRUE |d - t| (its SIMULATED latent b on the scale), estimated
+    |d - t| and posterior SD."""
+    from benchfill.models.sim import latent_from_text
+
+    sc = Scale.load(out / "diagnosis.scale.npz")
+    con = sqlite3.connect(out / "memory.sqlite")
+    rows = []
+    for gap, cid, t, d_sd, dev in con.execute("select gap, chosen, target, chosen_d_sd, deviation from gaps where "
+                                              "method = 'benchfill' and status = 'filled' order by gap"):
+        q = con.execute("select question from candidates where id = ?", [cid]).fetchone()[0]
+        true_d = float(sc.normalise(np.array([latent_from_text(q)]))[0])
+        calls = con.execute("select coalesce(sum(calls), 0) from usage where method = 'benchfill' and node = "
+                            "'label' and gap = ?", [gap]).fetchone()[0]
+        rows.append({"gap": gap, "calls": calls, "true_dev": abs(true_d - t), "dev": dev, "sd": d_sd})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    return make_benchmark(tmp_path_factory.mktemp("bench"))
+
+
+def test_an_adaptive_fill_labels_with_fewer_calls_and_records_its_decisions(tmp_path, bench):
+    items, resp = bench
+    figures = {}
+    for mode in ("full", "adaptive"):
+        res = fill(items, resp, write(tmp_path, mode, f"{mode}.toml"), tmp_path / mode, "--gaps", "1",
+                   "--allow-floor-gaps")
+        assert res.exit_code == 0, res.output
+        figures[mode] = gap_figures(tmp_path / mode)
+    print(json.dumps(figures))
+    assert figures["adaptive"][0]["calls"] < figures["full"][0]["calls"]
+    con = sqlite3.connect(tmp_path / "adaptive" / "memory.sqlite")
+    rows = con.execute("select labelling, answers, label_note from candidates where status in ('placed', "
+                       "'chosen')").fetchall()
+    assert rows and all(r[0] in ("dropped", "precise", "cap", "budget") and r[1] >= 1 and r[2] for r in rows)
+    assert any(r[1] < 24 for r in rows)  # somebody was stopped before the full panel
+    schedule = json.loads(next((tmp_path / "adaptive" / "labels").glob("*/adaptive.json")).read_text())
+    assert schedule["steps"] and len(schedule["status"]) == len(schedule["children"])
+    from typer.testing import CliRunner
+
+    from benchfill.cli import app
+
+    trace = CliRunner().invoke(app, ["trace", str(tmp_path / "adaptive"), "--gap", "1", "--json"])
+    child = json.loads(trace.output)["rounds"][0]["children"]
+    assert any(c["labelling"] for c in child)
+
+
+@pytest.mark.slow
+def test_full_vs_adaptive_on_the_same_gaps_over_seeds(tmp_path, bench):
+    """The whole search, fixed gaps, seeds 0-5: adaptive pays fewer panel calls per gap at equal or better TRUE
+    |d - t| of the chosen item."""
+    items, resp = bench
+    figures = {"full": [], "adaptive": []}
+    for seed in range(6):
+        for mode in figures:
+            out = tmp_path / f"{mode}{seed}"
+            res = fill(items, resp, write(tmp_path, mode, f"{mode}.toml", max_rounds=3), out, "--gaps", "2",
+                       "--allow-floor-gaps", "--seed", str(seed))
+            assert res.exit_code == 0, res.output
+            figures[mode] += gap_figures(out)
+    mean = {mode: {k: float(np.mean([g[k] for g in rows])) for k in ("calls", "true_dev", "dev", "sd")}
+            for mode, rows in figures.items()}
+    print(json.dumps(mean))
+    assert mean["adaptive"]["calls"] < mean["full"]["calls"]
+    assert mean["adaptive"]["true_dev"] <= mean["full"]["true_dev"]
+
+
+@pytest.mark.slow
+def test_a_crash_inside_adaptive_labelling_resumes_to_the_unbroken_runs_items(tmp_path, bench):
+    items, resp = bench
+    cfg = write(tmp_path, "adaptive", "a.toml")
+    base = ["fill", str(items), "--responses", str(resp), "--config", str(cfg), "--sampler", "map", "--models", "6",
+            "--gaps", "1", "--allow-floor-gaps"]
+    ref = _cli(base + ["--out", str(tmp_path / "ref")])
+    assert ref.returncode == 0, ref.stderr
+    for node in ("label", "place"):
+        out = tmp_path / node
+        crashed = _cli(base + ["--out", str(out)], {"BENCHFILL_CRASH_AT": f"{node}:2"})
+        assert crashed.returncode == 137, crashed.stderr[-500:]
+        resumed = _cli(base + ["--out", str(out), "--resume"])
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        assert _chosen(out) == _chosen(tmp_path / "ref")
+        assert _double_calls(out) == 0
