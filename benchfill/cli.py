@@ -107,7 +107,8 @@ def diagnose(
 @friendly_errors
 def suite(
     responses: Path = typer.Argument(..., help="response file covering every benchmark of the suite"),
-    items_table: Path = typer.Option(..., help="CSV mapping item_id to its benchmark (or any grouping column)"),
+    items_table: Optional[Path] = typer.Option(None, help="CSV mapping item_id to its benchmark (or any grouping column); "
+                                               "imported eval logs carry their task: --by task"),
     by: str = typer.Option("benchmark", help="column of the items table that names the benchmark"),
     models: Optional[int] = typer.Option(None, help="keep this many models spread evenly by accuracy"),
     models_file: Optional[Path] = typer.Option(None),
@@ -120,12 +121,12 @@ def suite(
     out: Path = typer.Option(Path("runs/suite"), help="folder for one diagnosis per benchmark and summary.json"),
 ) -> None:
     """Table-1-style summary of a suite: one IRT fit and diagnosis per benchmark."""
-    from benchfill.data import read_item_groups
+    from benchfill.data import item_groups
     from benchfill.diagnostics.render import plot_diagnosis, suite_table
     from benchfill.io import atomic_write_json, atomic_write_text
 
     resp, _ = _panel(responses, None, models, models_file)
-    groups = read_item_groups(items_table, by, resp.item_ids)
+    groups = item_groups(resp, by, items_table)
     rows = []
     for name, ids in groups.items():
         sub = resp.subset(items=ids)
@@ -495,6 +496,46 @@ def place(
             "ignored_models": placed.ignored_models, "items": placed.to_records(),
         })
         console.print(f"wrote {json_out}")
+
+
+# ---- import (other harnesses' eval logs) ------------------------------------------------------------------
+
+
+@app.command("import")
+@friendly_errors
+def import_(
+    fmt: str = typer.Argument(..., metavar="FORMAT", help="lm-eval, inspect, helm, opencompass or openllm"),
+    paths: list[Path] = typer.Argument(..., help="log files or folders (searched recursively)"),
+    out: Path = typer.Option(..., "--out", "-o", help="response file to write (long CSV: model,item_id,n_correct,n_trials,task)"),
+    items_out: Optional[Path] = typer.Option(None, "--items-out", help="also write the item texts the logs carry (JSONL)"),
+    metric: Optional[str] = typer.Option(None, help="metric (lm-eval, openllm, helm) or scorer[/key] (inspect) to read; default: the log's first / main one"),
+    filter_: Optional[str] = typer.Option(None, "--filter", help="lm-eval filter (default: none if present, else the first)"),
+    threshold: Optional[float] = typer.Option(None, help="count a non-0/1 score >= this as correct (default: scores must be 0/1)"),
+) -> None:
+    """Import eval logs of another harness into a response file (and items) the other commands read."""
+    import io
+
+    from benchfill.data import write_items
+    from benchfill.importers import Options, import_logs
+    from benchfill.io import atomic_write_text
+
+    res = import_logs(fmt, paths, Options(metric=metric, filter=filter_, threshold=threshold))
+    matrix = res.matrix(", ".join(map(str, paths)), min_models=1)
+    frame = matrix.to_long()
+    frame["task"] = frame["item_id"].map(res.tasks)
+    buf = io.StringIO()
+    frame.to_csv(buf, index=False)
+    atomic_write_text(out, buf.getvalue())
+    for line in res.summary_lines():
+        console.print(line, markup=False, highlight=False)
+    console.print(f"wrote {out}: {len(frame)} rows", markup=False, highlight=False)
+    if items_out is not None:
+        items = res.item_list()
+        if not items:
+            raise InputError(str(items_out), "the logs carry no item texts (question and answer) to write")
+        write_items(items_out, items)
+        console.print(f"wrote {items_out}: {len(items)} of {matrix.shape[1]} items (those whose question and "
+                      "answer the logs carry)", markup=False, highlight=False)
 
 
 # ---- designers (BenchBench: card / run / rewriters) -------------------------------------------------------

@@ -76,8 +76,11 @@ def model_of(path: Path, res: ImportResult) -> str:
             return cfg["model"]
         raise InputError(str(pick), "no model_name or config.model_args in the results file")
     name = path.parent.name
-    res.notes.append(f"{path}: no results_*.json next to it; model named after its folder")
-    return name.replace("__", "/", 1) if "__" in name else name
+    model = name.replace("__", "/", 1) if "__" in name else name
+    note = f"{path.parent}: no results_*.json; model named after the folder: {model}"
+    if note not in res.notes:
+        res.notes.append(note)
+    return model
 
 
 def rows_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -7,8 +7,9 @@ detail is one example, ``{"example_abbr": "<subdivision>_<idx>", "correct": [tru
 ``correct`` a boolean, as a list or as an object keyed by the example's index. ``is_correct`` and
 ``cascade_correct`` are read where ``correct`` is absent (as OpenCompass's own G-Pass@k does).
 
-Model = the folder (``model_abbr``); task = the file name (``dataset_abbr``); the sample id = ``example_abbr``,
-else the detail's key or position. Each entry of a ``correct`` list is one trial.
+Model = the folder (``model_abbr``); task = the file name (``dataset_abbr``); the sample id = ``example_abbr``
+(``<dataset_abbr>_<idx>`` becomes ``<idx>``, the id older versions key the detail by), else the detail's key or
+position. Each entry of a ``correct`` list is one trial.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def read(paths: list[str | Path], opts: Options) -> ImportResult:
             if not isinstance(d, dict):
                 raise InputError(str(f), f"details entry {key} is not an object", row=k)
             sid = str(d.get("example_abbr", key))
+            if sid.startswith(f"{task}_") and sid[len(task) + 1:].isdigit():
+                sid = sid[len(task) + 1:]  # "<dataset>_<idx>" -> idx: the same id as a detail keyed by its index
             if sid in seen:
                 raise InputError(str(f), f"example {sid} appears twice in details", row=k)
             seen.add(sid)
