@@ -7,6 +7,12 @@ per filled gap.
 
     python bench/search_efficiency.py                      # 3 benchmarks x 20 seeds x 3 gaps
     python bench/search_efficiency.py --seeds 3 --jobs 2   # quicker
+    python bench/search_efficiency.py --adaptive           # + a second table: full vs adaptive labelling
+
+With ``--adaptive`` each benchmark x seed also runs BenchFill with ``[fill] labelling = "adaptive"`` (issue 17) on
+the same benchmark, seed and simulated world, and a second table compares it with full labelling: panel calls per
+filled gap, the chosen item's TRUE |d - t| (its SIMULATED latent b on the scale, not only the estimate), the
+estimated |d - t|, the chosen item's posterior SD on d, and the Top-3 reduction.
 
 Benchmarks: MATH-500 (bundled, ~4 rollouts per cell), AIME 2024 and AIME 2025 (../shared/data, ~4 rollouts), each
 with 12 models spread evenly by accuracy. Item texts are stand-ins where the simulated world needs no real text.
@@ -53,21 +59,51 @@ def stand_in_items(responses: Path, folder: Path) -> Path:
     return path
 
 
-def one_run(args: tuple[str, str, str, int, str]) -> dict:
-    name, responses, items, seed, workdir = args
-    out = Path(workdir) / f"{name}-{seed}"
-    cmd = [sys.executable, "-m", "benchfill.cli", "fill", items, "--responses", responses, "--config", str(CONFIG),
-           "--out", str(out), "--models", "12", "--gaps", "3", "--seed", str(seed), "--sampler", "map", "--compare"]
+def adaptive_config(folder: Path) -> Path:
+    """The same config with ``labelling = "adaptive"`` in its [fill] table."""
+    path = folder / "fill_sim_adaptive.toml"
+    path.write_text(CONFIG.read_text().replace("[fill]", '[fill]\nlabelling = "adaptive"', 1))
+    return path
+
+
+def chosen_figures(out: Path) -> list[dict]:
+    """Per filled BenchFill gap: panel calls, the chosen item's TRUE |d - t| (SIMULATED latent b, normalised with
+    the benchmark's scale), the estimated |d - t| and the posterior SD of d."""
+    from benchfill.irt.scale import Scale
+    from benchfill.models.sim import latent_from_text
+
+    sc = Scale.load(out / "diagnosis.scale.npz")
+    con = sqlite3.connect(out / "memory.sqlite")
+    rows = []
+    for gap, cid, t, d_sd, dev in con.execute("select gap, chosen, target, chosen_d_sd, deviation from gaps where "
+                                              "method = 'benchfill' and status = 'filled' order by gap"):
+        q = con.execute("select question from candidates where id = ?", [cid]).fetchone()[0]
+        true_d = float(sc.normalise(np.array([latent_from_text(q)]))[0])
+        calls = con.execute("select coalesce(sum(calls), 0) from usage where method = 'benchfill' and node = "
+                            "'label' and gap = ?", [gap]).fetchone()[0]
+        rows.append({"calls": calls, "true_dev": abs(true_d - t), "dev": dev, "sd": d_sd})
+    return rows
+
+
+def one_run(args: tuple) -> dict:
+    name, responses, items, seed, workdir = args[:5]
+    labelling = args[5] if len(args) > 5 else "full"
+    extra = list(args[6]) if len(args) > 6 else []
+    out = Path(workdir) / f"{name}-{seed}-{labelling}"
+    config = CONFIG if labelling == "full" else adaptive_config(Path(workdir))
+    cmd = [sys.executable, "-m", "benchfill.cli", "fill", items, "--responses", responses, "--config", str(config),
+           "--out", str(out), "--models", "12", "--gaps", "3", "--seed", str(seed), "--sampler", "map"]
+    cmd += (["--compare"] if labelling == "full" else []) + extra
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        return {"name": name, "seed": seed, "error": proc.stderr[-500:]}
+        return {"name": name, "seed": seed, "labelling": labelling, "error": proc.stderr[-500:]}
     summary = json.loads((out / "summary.json").read_text())
     con = sqlite3.connect(out / "memory.sqlite")
     panel_calls = {m: con.execute("select coalesce(sum(calls), 0) from usage where method = ? and node = 'label'",
                                   [m]).fetchone()[0] for m in ("benchfill", "baseline")}
-    return {"name": name, "seed": seed, "summary": summary, "panel_calls": panel_calls,
-            "wall_s": time.perf_counter() - start}
+    return {"name": name, "seed": seed, "labelling": labelling, "summary": summary, "panel_calls": panel_calls,
+            "chosen": chosen_figures(out), "wall_s": time.perf_counter() - start}
 
 
 def main() -> None:
@@ -75,19 +111,27 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None, help="also write the raw results here")
+    ap.add_argument("--adaptive", action="store_true", help="also run adaptive labelling (second table)")
+    ap.add_argument("--only", nargs="*", default=None, help="benchmarks to run (default: all)")
+    ap.add_argument("--allow-floor-gaps", action="store_true", help="pass --allow-floor-gaps to fill")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="benchfill-search-"))
     jobs = []
     for name, (responses, items) in benchmarks().items():
+        if args.only and name not in args.only:
+            continue
         items_path = items or stand_in_items(responses, work / name)
-        jobs += [(name, str(responses), str(items_path), seed, str(work)) for seed in range(args.seeds)]
+        for labelling in ("full", "adaptive") if args.adaptive else ("full",):
+            jobs += [(name, str(responses), str(items_path), seed, str(work), labelling,
+                      ("--allow-floor-gaps",) if args.allow_floor_gaps else ()) for seed in range(args.seeds)]
     start = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
         results = list(pool.map(one_run, jobs))
     errors = [r for r in results if "error" in r]
     for r in errors:
-        print(f"run {r['name']} seed {r['seed']} failed: {r['error']}")
-    ok = [r for r in results if "error" not in r]
+        print(f"run {r['name']} seed {r['seed']} ({r['labelling']}) failed: {r['error']}")
+    adaptive = [r for r in results if "error" not in r and r["labelling"] == "adaptive"]
+    ok = [r for r in results if "error" not in r and r["labelling"] == "full"]
     print(f"\nSIMULATED world, {len(ok)} runs x 3 gaps ({time.perf_counter() - start:.0f} s, {args.jobs} jobs)\n")
     header = (f"{'benchmark':<10} {'BenchFill %':>11} {'baseline %':>10} {'oracle %':>9} {'BF/oracle':>9} "
               f"{'BF |d-t|':>9} {'base |d-t|':>10} {'rounds/gap':>10} {'panel calls/gap':>15} {'filled':>7}")
@@ -113,8 +157,36 @@ def main() -> None:
         print(f"{name:<10} {100 * red_bf:>11.1f} {100 * red_base:>10.1f} {100 * red_or:>9.1f} "
               f"{red_bf / red_or:>9.2f} {dev_bf:>9.4f} {dev_base:>10.4f} {rounds:>10.2f} {calls:>15.0f} "
               f"{filled:>4}/{3 * len(rs)}")
+    if adaptive:
+        adaptive_table(ok, adaptive)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=float))
+
+
+def adaptive_table(full: list[dict], adaptive: list[dict]) -> None:
+    """Full vs adaptive labelling over the same benchmarks and seeds (only runs where both finished)."""
+    done = {(r["name"], r["seed"]) for r in adaptive} & {(r["name"], r["seed"]) for r in full}
+    print(f"\nLabelling, SIMULATED world: full vs adaptive BenchFill on the same benchmarks and seeds "
+          f"({len(done)} pairs x 3 gaps; means per filled gap; true |d-t| from the simulated latent b)\n")
+    header = (f"{'benchmark':<10} {'labelling':<9} {'panel calls/gap':>15} {'true |d-t|':>10} {'est |d-t|':>9} "
+              f"{'SD of d':>8} {'Top-3 %':>8} {'filled':>7}")
+    print(header)
+    print("-" * len(header))
+    names = list(dict.fromkeys(n for n, _ in sorted(done)))
+    for name in names + ["all"]:
+        calls = {}
+        for labelling, rs in (("full", full), ("adaptive", adaptive)):
+            rs = [r for r in rs if (r["name"], r["seed"]) in done and (name == "all" or r["name"] == name)]
+            rows = [g for r in rs for g in r["chosen"]]
+            if not rows:
+                continue
+            calls[labelling] = np.mean([g["calls"] for g in rows])
+            red = np.mean([r["summary"]["methods"]["benchfill"]["top3_reduction"] for r in rs])
+            print(f"{name:<10} {labelling:<9} {calls[labelling]:>15.0f} {np.mean([g['true_dev'] for g in rows]):>10.4f} "
+                  f"{np.mean([g['dev'] for g in rows]):>9.4f} {np.mean([g['sd'] for g in rows]):>8.4f} "
+                  f"{100 * red:>8.1f} {len(rows):>4}/{3 * len(rs)}")
+        if len(calls) == 2:
+            print(f"{'':<10} {'':<9} {'adaptive: ' + format(1 - calls['adaptive'] / calls['full'], '.0%') + ' fewer':>15}")
 
 
 if __name__ == "__main__":
