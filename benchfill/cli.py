@@ -245,6 +245,7 @@ def fill(
     seed: int = typer.Option(0),
     compare: bool = typer.Option(False, "--compare", help="also run the budget-matched baseline and the oracle"),
     resume: bool = typer.Option(False, "--resume", help="continue the run in --out where it stopped (starts it if there is none)"),
+    allow_floor_gaps: bool = typer.Option(False, "--allow-floor-gaps", help="also target gaps at the design's resolution floor (no wider than hole-free benchmarks of this panel show)"),
 ) -> None:
     """Fill the largest difficulty gaps with the BenchFill search (rewrite -> validate -> label -> place)."""
     from benchfill.graphs.render import FillLive, fill_summary_table
@@ -252,7 +253,7 @@ def fill(
 
     opts = FillOptions(items=items, responses=responses, config=config, out=out, models=models,
                        models_file=models_file, n_gaps=gaps, sampler=sampler, seed=seed, compare=compare,
-                       resume=resume)
+                       resume=resume, allow_floor_gaps=allow_floor_gaps)
     from benchfill.models.client import CallsFailed
 
     live = FillLive(console)
@@ -461,6 +462,7 @@ def place(
     responses: Path = typer.Argument(..., help="responses of the NEW items (same formats as diagnose), keyed by the scale's model names"),
     scale: Path = typer.Option(..., "--scale", help="<name>.scale.npz written by `benchfill diagnose`"),
     guessing: Optional[float] = typer.Option(None, help="lower asymptote c of the new items (default: the scale's)"),
+    prior_sd: float = typer.Option(1.0, help="SD of b's Normal prior: 1 is the benchmark's model; 3 gives items beyond the benchmark's range intervals that cover (measured 0.92 vs 0.81), at a wider SD"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="also write the placements as JSON"),
 ) -> None:
     """Place new items on a benchmark's difficulty scale, abilities fixed (exact quadrature): b, SD, d, d SD."""
@@ -475,7 +477,9 @@ def place(
     if guessing is not None and not 0.0 <= guessing < 1.0:
         raise InputError(str(scale), f"--guessing {guessing}: must lie in [0, 1)")
     resp = load_responses(responses)
-    placed = place_responses(sc, resp, guessing)
+    if not prior_sd > 0:
+        raise InputError("--prior-sd", f"{prior_sd}: must be a positive number")
+    placed = place_responses(sc, resp, guessing, prior_sd)
     if placed.ignored_models:
         err_console.print(f"note: ignored {len(placed.ignored_models)} model(s) not on the scale: "
                           f"{', '.join(placed.ignored_models)}")

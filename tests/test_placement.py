@@ -219,3 +219,32 @@ def test_cli_place(tmp_path):
     assert data["items"][0]["d"] < 0 < data["items"][1]["d"] < 1 < data["items"][2]["d"]
     bad = runner.invoke(app, ["place", str(tmp_path / "new.csv"), "--scale", str(tmp_path / "new.csv")])
     assert bad.exit_code == 2 and "not a benchfill scale file" in bad.output
+
+
+def test_a_wider_prior_gives_honest_intervals_beyond_the_range():
+    """Items beyond the benchmark's range are pulled in by the N(0, 1) prior and their intervals under-cover;
+    prior_sd=3 places them further out with wider SDs whose 90 % intervals cover, and agrees with the default
+    inside the range, where the data dominate."""
+    from benchfill.irt.fit import fit_irt
+    from benchfill.irt.model import IRTSpec, SamplerSettings
+    from benchfill.irt.placement import place_items
+    from benchfill.irt.scale import Scale
+    from benchfill.irt.simulate import simulate_responses
+
+    rng = np.random.default_rng(11)
+    theta = rng.normal(size=12)
+    fit = fit_irt(simulate_responses(theta, rng.uniform(-2, 2, 200), 4, seed=1), IRTSpec(),
+                  SamplerSettings(method="fast", draws=300, tune=200))
+    scale = Scale.from_fit(fit)
+    far, near = rng.uniform(2, 3, 150), rng.uniform(-0.5, 0.5, 150)
+    for b_true, outside in ((far, True), (near, False)):
+        new = simulate_responses(theta, b_true, 4, seed=2)
+        narrow = place_items(scale, new.n_correct.T, new.n_trials.T)
+        wide = place_items(scale, new.n_correct.T, new.n_trials.T, prior_sd=3.0)
+        if outside:
+            assert np.mean(narrow.b_mean - b_true) < -0.2
+            assert np.mean(wide.b_mean) > np.mean(narrow.b_mean) and np.mean(wide.b_sd) > np.mean(narrow.b_sd)
+            cover = {k: np.mean(np.abs(p.b_mean - b_true) <= 1.645 * p.b_sd) for k, p in (("1", narrow), ("3", wide))}
+            assert cover["3"] >= 0.85 and cover["3"] > cover["1"], cover
+        else:
+            assert np.abs(wide.b_mean - narrow.b_mean).mean() < 0.05

@@ -106,7 +106,8 @@ def robustness_table(rob: dict) -> Table:
     bic = rob.get("bic")
     if bic:
         t.add_row("BIC 1PL / 2PL (lower is better)", f"{bic['bic_1pl']:.1f} / {bic['bic_2pl']:.1f}")
-        t.add_row("preferred by BIC", bic["preferred"].upper())
+        t.add_row("preferred by BIC (low power with few models: 0 of 8 simulated 2PL benchmarks of 12 models x 200 "
+                  "items x 4 rollouts were called 2PL; bench/bic_power.py)", bic["preferred"].upper())
     return t
 
 
