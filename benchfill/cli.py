@@ -531,15 +531,17 @@ def import_(
     frame.to_csv(buf, index=False)
     atomic_write_text(out, buf.getvalue())
     for line in res.summary_lines():
-        console.print(line, markup=False, highlight=False)
-    console.print(f"wrote {out}: {len(frame)} rows", markup=False, highlight=False)
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    console.print(f"wrote {out}: {len(frame)} rows", markup=False, highlight=False, soft_wrap=True)
     if items_out is not None:
         items = res.item_list()
         if not items:
-            raise InputError(str(items_out), "the logs carry no item texts (question and answer) to write")
+            err_console.print(f"note: {items_out} not written: these logs carry no item texts (question and answer)",
+                              markup=False, highlight=False, soft_wrap=True)
+            return
         write_items(items_out, items)
         console.print(f"wrote {items_out}: {len(items)} of {matrix.shape[1]} items (those whose question and "
-                      "answer the logs carry)", markup=False, highlight=False)
+                      "answer the logs carry)", markup=False, highlight=False, soft_wrap=True)
 
 
 # ---- designers (BenchBench: card / run / rewriters) -------------------------------------------------------

@@ -121,7 +121,8 @@ def test_lm_eval_samples_models_from_results_repeated_runs_summed():
     items = {it.id: it for it in res.item_list()}
     assert items["toy_mc/1"].choices == ["blue", "seven", "table", "jump"] and items["toy_mc/1"].answer == "1"
     # acc of a multiple-choice doc matches the argmax of the logged loglikelihoods
-    rows = [json.loads(x) for x in next((FIX / "lmeval" / "toy__beta").glob("samples_toy_mc_*")).read_text().splitlines()]
+    sample_file = next((FIX / "lmeval" / "toy__beta").glob("samples_toy_mc_*"))
+    rows = [json.loads(x) for x in sample_file.read_text().splitlines()]
     for r in rows:
         best = int(np.argmax([float(x[0]) for x in r["filtered_resps"]]))
         assert res.counts[("toy/beta", f"toy_mc/{r['doc_id']}")][0] == int(best == int(r["target"]))
@@ -275,3 +276,9 @@ def test_diagnose_and_suite_by_task_straight_from_a_log_folder(tmp_path):
     assert res.exit_code == 0, res.output
     summary = json.loads((tmp_path / "s" / "summary.json").read_text())
     assert {b["benchmark"]: b["n_items"] for b in summary["benchmarks"]} == {"toy_gen": 6, "toy_mc": 8}
+
+
+def test_suite_without_items_table_needs_a_grouping(tmp_path, examples):
+    res = runner.invoke(app, ["suite", str(examples / "math500_k4.responses.csv.gz"), "--by", "task", "--sampler",
+                              "map", "--out", str(tmp_path / "s")])
+    assert res.exit_code == 2 and "no grouping 'task' in the responses" in res.output

@@ -4,7 +4,7 @@ One module per format, each with ``NAME`` and ``read(paths, Options) -> ImportRe
 
 | format | reads |
 |---|---|
-| ``lm-eval`` | lm-evaluation-harness ``--log_samples`` output: ``samples_<task>_<date>.jsonl`` + ``results_<date>.json`` |
+| ``lm-eval`` | lm-evaluation-harness ``--log_samples``: ``samples_<task>_<date>.jsonl`` + ``results_<date>.json`` |
 | ``inspect`` | inspect_ai logs, ``.eval`` (zip) and ``.json`` |
 | ``helm`` | HELM run folders: ``run_spec.json`` + ``per_instance_stats.json`` (+ ``instances.json``) |
 | ``opencompass`` | OpenCompass ``results/<model>/<dataset>.json`` with ``details`` |

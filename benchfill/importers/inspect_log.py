@@ -91,7 +91,7 @@ def _member(zf: zipfile.ZipFile, path: Path, name: str) -> bytes:
     except NotImplementedError:
         info = zf.getinfo(name)
         if info.compress_type != _ZSTD:
-            raise InputError(f"{path}:{name}", f"zip compression method {info.compress_type} is not supported") from None
+            raise InputError(f"{path}:{name}", f"zip compression {info.compress_type} is not supported") from None
     try:
         import zstandard
     except ImportError:
