@@ -50,14 +50,16 @@ def _classify(path: Path) -> str | None:
         return openllm.NAME
     if inspect_log.is_log(path):
         return inspect_log.NAME
-    if name.endswith(".json") and opencompass._has_details(path):
-        return opencompass.NAME
+    if name.endswith(".json") and path.parent.parent.name == "results" and opencompass._has_details(path):
+        return opencompass.NAME  # OpenCompass's layout: <work_dir>/results/<model_abbr>/<dataset_abbr>.json
     return None
 
 
 def detect(path: str | Path) -> str | None:
     """The log format of a file or folder; None for a file of none (e.g. a response CSV). A folder must hold logs
-    of exactly one format (lm-eval sample files next to Parquet details count as ``openllm``)."""
+    of exactly one format (lm-eval sample files next to Parquet details count as ``openllm``); OpenCompass results
+    are recognised in their layout, ``results/<model>/<dataset>.json`` (``benchfill import opencompass`` reads any
+    ``.json`` with ``details``)."""
     p = Path(path)
     if p.is_file():
         return _classify(p)

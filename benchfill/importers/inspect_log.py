@@ -60,7 +60,8 @@ def is_log(path: Path) -> bool:
             head = fh.read(4096).decode("utf-8", "ignore")
     except OSError:
         return False
-    return head.lstrip().startswith("{") and '"eval"' in head and '"version"' in head
+    return (head.lstrip().startswith("{") and '"eval"' in head and '"version"' in head
+            and ('"eval_id"' in head or '"run_id"' in head or '"task"' in head))
 
 
 def _read_eval(path: Path) -> tuple[dict, list[tuple[str, dict]]]:

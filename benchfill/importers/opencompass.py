@@ -24,18 +24,6 @@ NAME = "opencompass"
 _CORRECT_KEYS = ("correct", "is_correct", "cascade_correct")
 
 
-def is_results_file(path: Path) -> bool:
-    """A ``.json`` under a ``results/<model>/`` folder whose object has ``details``."""
-    if not path.name.endswith(".json") or path.parent.parent.name != "results":
-        return False
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(1 << 16).decode("utf-8", "ignore")
-    except OSError:
-        return False
-    return '"details"' in head or (path.stat().st_size > (1 << 16) and head.lstrip().startswith("{"))
-
-
 def read(paths: list[str | Path], opts: Options) -> ImportResult:
     files = expand(paths, lambda p: p.name.endswith(".json") and _has_details(p))
     if not files:
