@@ -133,3 +133,21 @@ def test_placed_items_d_intervals_cover_the_true_axis():
         d_true = (b_new - b.min()) / (b.max() - b.min())
         hits.append(np.abs(placed.d - d_true) <= 1.645 * placed.d_sd)
     assert 0.84 <= np.mean(hits) <= 0.96, np.mean(hits)
+
+
+def test_the_exact_multinomial_null_agrees_with_simulating_answers(monkeypatch):
+    """Without guessing the null draws each replicate's key counts from their exact multinomial; simulating every
+    answer (the general path, used with guessing) gives the same distribution."""
+    from benchfill.diagnostics import null as N
+
+    resp = simulate_responses(THETA12, np.linspace(-2, 2, 300), 4, seed=9)
+    fit = fit_irt(resp, IRTSpec(), FAST)
+    args = (fit.flat("theta"), resp.n_trials, None, (-2.0, 2.0))
+    exact = N.design_null(*args, replicates=1000, seed=1)
+    monkeypatch.setattr(N, "MULTINOMIAL_MAX_PATTERNS", 0)
+    simulated = N.design_null(*args, replicates=1000, seed=2)
+    from scipy import stats
+
+    for k in N.METRICS:  # the max gap is lumpy (whether an extreme key is occupied): compare whole distributions
+        assert stats.ks_2samp(exact[k], simulated[k]).pvalue > 0.01, k
+        assert np.mean(exact[k]) == pytest.approx(np.mean(simulated[k]), rel=0.04), k

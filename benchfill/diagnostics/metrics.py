@@ -45,19 +45,19 @@ def w1_to_continuous_uniform(d: np.ndarray) -> float | np.ndarray:
 
     On [d_(k), d_(k+1)] the ECDF is k/n, so each piece integrates |k/n - x| in closed form.
     """
-    d = np.sort(np.clip(np.asarray(d, dtype=float), 0.0, 1.0), axis=-1)
+    out = _w1_sorted(np.sort(np.clip(np.asarray(d, dtype=float), 0.0, 1.0), axis=-1))
+    return float(out) if out.ndim == 0 else out
+
+
+def _w1_sorted(d: np.ndarray) -> np.ndarray:
+    """:func:`w1_to_continuous_uniform` of d already sorted and inside [0, 1]."""
     n = d.shape[-1]
     edges = np.concatenate([np.zeros(d.shape[:-1] + (1,)), d, np.ones(d.shape[:-1] + (1,))], axis=-1)
     level = np.arange(n + 1) / n  # ECDF value on each piece
     lo, hi = edges[..., :-1], edges[..., 1:]
-
-    def integral(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-        # integral over [a, b] of |c - x| dx, with c inside or outside the piece
-        left = np.clip(c, a, b)
-        return ((c - a) ** 2 - (c - left) ** 2) / 2 + ((b - c) ** 2 - (left - c) ** 2) / 2
-
-    out = integral(lo, hi, level).sum(axis=-1)
-    return float(out) if out.ndim == 0 else out
+    # integral over [lo, hi] of |level - x| dx, with level inside or outside the piece
+    inside = np.clip(level, lo, hi)
+    return (((level - lo) ** 2 - (level - inside) ** 2) / 2 + ((hi - level) ** 2 - (inside - level) ** 2) / 2).sum(-1)
 
 
 @dataclass(frozen=True)
@@ -109,16 +109,20 @@ def top_k_gap_sum(d: np.ndarray, k: int = 5) -> float | np.ndarray:
     return float(out) if out.ndim == 0 else out
 
 
-def headline_metrics(d: np.ndarray) -> dict[str, float | np.ndarray]:
-    """DDM, max gap and Top-5 sum of d (..., n) with one sort: the three figures every diagnosis reports."""
+def headline_metrics(d: np.ndarray, w1: bool = False) -> dict[str, float | np.ndarray]:
+    """DDM, max gap and Top-5 sum of d (..., n) with one sort (and, with ``w1``, W1 to U[0, 1] from the same
+    sort): the figures every diagnosis reports, vectorised over leading axes."""
     d = np.sort(np.asarray(d, dtype=float), axis=-1)
     zeros = np.zeros(d.shape[:-1] + (1,))
-    widths = np.sort(np.diff(np.concatenate([zeros, d, zeros + 1.0], axis=-1), axis=-1), axis=-1)
+    widths = np.diff(np.concatenate([zeros, d, zeros + 1.0], axis=-1), axis=-1)
+    top = np.partition(widths, -5, axis=-1)[..., -5:] if widths.shape[-1] >= 5 else widths
     out = {
         "ddm": np.abs(d - uniform_grid(d.shape[-1])).mean(axis=-1),
-        "max_gap": widths[..., -1],
-        "top5_sum": widths[..., -5:].sum(axis=-1),
+        "max_gap": top.max(axis=-1),
+        "top5_sum": top.sum(axis=-1),
     }
+    if w1:
+        out["w1_uniform"] = _w1_sorted(np.clip(d, 0.0, 1.0))
     return {k: float(v) if np.ndim(v) == 0 else v for k, v in out.items()}
 
 

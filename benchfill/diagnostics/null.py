@@ -17,12 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 from benchfill.diagnostics import metrics as M
 from benchfill.irt.model import thin_draws
 from benchfill.irt.placement import EXACT_DRAWS, grid_key_moments
 
 METRICS = ("ddm", "max_gap", "top5_sum")
+MULTINOMIAL_MAX_PATTERNS = 64  # trial patterns (columns of n) up to which the exact multinomial null is used
+MULTINOMIAL_MAX_TRIALS = 400  # ... and trials per item (the Poisson-binomial costs B_NODES x trials^2)
+B_NODES = 2000
 KEY_DRAW_BUDGET = 1e6  # distinct keys x ability draws integrated by the null
 MIN_DRAWS = 25
 THRESHOLDS = {"ddm": M.FLAG_DDM, "max_gap": M.FLAG_MAX_GAP, "top5_sum": M.FLAG_TOP5}
@@ -114,6 +118,9 @@ def design_null(theta_draws: np.ndarray, n_trials: np.ndarray, guessing: np.ndar
     patterns, pattern_of = np.unique(n.T, axis=0, return_inverse=True)
     pattern_of = pattern_of.reshape(-1)
     plain = c <= 0
+    if plain.all() and len(patterns) <= MULTINOMIAL_MAX_PATTERNS and patterns.sum(1).max() <= MULTINOMIAL_MAX_TRIALS:
+        return _multinomial_null(theta_draws, theta, patterns, np.bincount(pattern_of, minlength=len(patterns)),
+                                 (lo, hi), replicates, rng)
     c_values, c_index = np.unique(c, return_inverse=True)
     # A key row: (trial pattern, guessing rate, total correct for plain items | the count column with guessing).
     width = J if not plain.all() else 1
@@ -156,6 +163,40 @@ def design_null(theta_draws: np.ndarray, n_trials: np.ndarray, guessing: np.ndar
             means = np.array([cache[t] for t in tags])[inverse]
             for k, v in M.headline_metrics(M.normalise(means)).items():
                 out[k][r] = v
+    out["theta_draws"] = np.array(len(draws))
+    return out
+
+
+def _multinomial_null(theta_draws: np.ndarray, theta: np.ndarray, patterns: np.ndarray, counts: np.ndarray,
+                      b_range: tuple[float, float], replicates: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The null without guessing and with few trial patterns, exactly and without simulating answers: an item of
+    pattern p with b ~ U(lo, hi) has total r with probability pi_p(r) = mean over b of the Poisson-binomial
+    P(r | b), and items are independent, so a replicate's key counts are Multinomial(I_p, pi_p) per pattern."""
+    lo, hi = b_range
+    b = lo + (hi - lo) * (np.arange(B_NODES) + 0.5) / B_NODES  # midpoint rule over U(lo, hi)
+    p = 1.0 / (1.0 + np.exp(-(theta[:, None] - b[None, :])))  # (J, B)
+    probs, means = [], []
+    draws = thin_draws(np.asarray(theta_draws, dtype=float), EXACT_DRAWS)
+    for pattern in patterns:
+        dist = np.ones((B_NODES, 1))
+        for j in np.flatnonzero(pattern):  # convolve in each model's Binomial(n_j, p_j(b))
+            pmf = stats.binom.pmf(np.arange(pattern[j] + 1)[None, :], pattern[j], p[j][:, None])  # (B, n_j + 1)
+            new = np.zeros((B_NODES, dist.shape[1] + pattern[j]))
+            for t in range(pattern[j] + 1):
+                new[:, t:t + dist.shape[1]] += dist * pmf[:, t:t + 1]
+            dist = new
+        probs.append(dist.mean(0))
+        total = np.arange(dist.shape[1])
+        y = np.clip(total[:, None] - (np.cumsum(pattern) - pattern)[None, :], 0, pattern[None, :])
+        means.append(grid_key_moments(draws, y, np.broadcast_to(pattern, y.shape)).mean)
+    values = np.concatenate(means)
+    order = np.argsort(values, kind="stable")
+    out = {k: np.empty(replicates) for k in METRICS}
+    for r in range(replicates):
+        k = np.concatenate([rng.multinomial(n_p, pi / pi.sum()) for n_p, pi in zip(counts, probs)])
+        d = M.normalise(np.repeat(values[order], k[order]))
+        for name, v in M.headline_metrics(d).items():
+            out[name][r] = v
     out["theta_draws"] = np.array(len(draws))
     return out
 

@@ -160,7 +160,7 @@ class Diagnosis(BaseModel):
         return np.array([it.d for it in self.items])
 
 
-def posterior_metric_draws(b_draws: np.ndarray, max_draws: int = 1000, chunk: int = 100) -> dict[str, np.ndarray]:
+def posterior_metric_draws(b_draws: np.ndarray, max_draws: int = 1000, chunk: int = 50) -> dict[str, np.ndarray]:
     """DDM, W1-to-uniform, max gap and Top-5 per posterior draw, each draw normalised by itself.
 
     b_draws: (S, I) logits. At most ``max_draws`` draws are used (evenly thinned) and processed in chunks so
@@ -169,10 +169,8 @@ def posterior_metric_draws(b_draws: np.ndarray, max_draws: int = 1000, chunk: in
     draws = thin_draws(b_draws, max_draws)
     out: dict[str, list[np.ndarray]] = {"ddm": [], "w1_uniform": [], "max_gap": [], "top5_sum": []}
     for start in range(0, len(draws), chunk):
-        d = M.normalise(draws[start : start + chunk])
-        for k, v in M.headline_metrics(d).items():
+        for k, v in M.headline_metrics(M.normalise(draws[start : start + chunk]), w1=True).items():
             out[k].append(np.atleast_1d(v))
-        out["w1_uniform"].append(np.atleast_1d(M.w1_to_continuous_uniform(d)))
     return {k: np.concatenate(v) for k, v in out.items()}
 
 
