@@ -62,7 +62,10 @@ def stand_in_items(responses: Path, folder: Path) -> Path:
 def adaptive_config(folder: Path) -> Path:
     """The same config with ``labelling = "adaptive"`` in its [fill] table."""
     path = folder / "fill_sim_adaptive.toml"
-    path.write_text(CONFIG.read_text().replace("[fill]", '[fill]\nlabelling = "adaptive"', 1))
+    import re
+
+    text = re.sub(r"(?m)^labelling\s*=.*$", "", CONFIG.read_text())
+    path.write_text(text.replace("[fill]", '[fill]\nlabelling = "adaptive"', 1))
     return path
 
 

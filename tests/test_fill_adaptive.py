@@ -219,3 +219,21 @@ def test_a_crash_inside_adaptive_labelling_resumes_to_the_unbroken_runs_items(tm
         assert resumed.returncode == 0, resumed.stderr[-2000:]
         assert _chosen(out) == _chosen(tmp_path / "ref")
         assert _double_calls(out) == 0
+
+
+@pytest.mark.parametrize("bad,line", [
+    ('labelling = "bogus"', "[fill].labelling: Input should be 'full' or 'adaptive'"),
+    ("adaptive_budget = 0", "[fill].adaptive_budget: must be > 0"),
+    ("adaptive_batch = 0", "[fill].adaptive_batch: must be >= 1"),
+    ("adaptive_z = -1.0", "[fill].adaptive_z: must be > 0"),
+])
+def test_the_adaptive_settings_are_typed_and_ranged(tmp_path, bad, line):
+    from benchfill.errors import InputError
+    from benchfill.models.config import load_config
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(SIM_CONFIG.format(invalid_rate=0.1, max_rounds=2, tolerance=0.01) + bad + "\n")
+    with pytest.raises(InputError) as err:
+        load_config(cfg)
+    assert str(err.value).endswith(line), str(err.value)
+    assert FillParams().labelling == "full"  # the paper's setting stays the default

@@ -24,11 +24,13 @@ The rule (all on the normalised axis d; target t; interval I_i = d_i +- z sd_i, 
   dropped children did not need go to the children nearest the target, and the child the search would choose always
   ends with its full panel's answers (or a narrow interval);
 - which models answer: the ``adaptive_batch`` models with the largest expected Fisher information at the child's
-  current posterior (a model may answer one child up to ``adaptive_rollout_factor`` x its rollouts times, the child
-  no more than the full panel's answers in all), E_b[I_j(b)] with b ~ N(mean, sd) (Gauss-Hermite), I_j(b) = ((1-c) s (1-s))^2 / (P (1-P)),
+  current posterior, E_b[I_j(b)] with b ~ N(mean, sd) (Gauss-Hermite), I_j(b) = ((1-c) s (1-s))^2 / (P (1-P)),
   s = sigmoid(theta_j - b), P = c + (1 - c) s, theta_j the posterior-mean ability; one answer per model per step
-  unless fewer models have answers left; a model's k-th answer to a child is rollout k (sample index k), so no
-  (child, model, rollout) is ever asked twice, and each is the very call full labelling would make (same cache key).
+  unless fewer models have answers left. A model may answer one child up to ``adaptive_rollout_factor`` x its
+  rollouts times (the child never more than the full panel's answers in all), so the child nearest the target gets
+  its full panel's worth of answers from the models that place it best. A model's k-th answer to a child is rollout
+  k (sample index k): no (child, model, rollout) is ever asked twice, and rollouts below the model's ``rollouts``
+  are the very calls full labelling would make (the same cache key).
 
 Every decision is a pure function of the answers received so far (ties broken by index), so a node re-run after a
 crash, whose answers come from the call cache, takes the same decisions and makes no call twice.
