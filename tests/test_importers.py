@@ -282,3 +282,22 @@ def test_suite_without_items_table_needs_a_grouping(tmp_path, examples):
     res = runner.invoke(app, ["suite", str(examples / "math500_k4.responses.csv.gz"), "--by", "task", "--sampler",
                               "map", "--out", str(tmp_path / "s")])
     assert res.exit_code == 2 and "no grouping 'task' in the responses" in res.output
+
+
+def test_fill_runs_and_resumes_straight_from_a_log_folder(tmp_path):
+    """`fill --responses LOGDIR`: the run's fingerprint covers every file of the folder, so it starts, resumes,
+    and refuses a resume once a log changed."""
+    logs = tmp_path / "logs"
+    shutil.copytree(FIX / "inspect", logs)
+    items = tmp_path / "items.jsonl"
+    assert runner.invoke(app, ["import", "inspect", str(logs), "--out", str(tmp_path / "r.csv"), "--items-out",
+                               str(items)]).exit_code == 0
+    config = Path(__file__).parents[1] / "examples" / "fill_sim.toml"
+    args = ["fill", str(items), "--responses", str(logs), "--config", str(config), "--out", str(tmp_path / "run"),
+            "--gaps", "1", "--sampler", "map"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert runner.invoke(app, [*args, "--resume"]).exit_code == 0
+    (logs / "beta.json").write_text((logs / "beta.json").read_text().replace("mockllm/beta", "mockllm/delta"))
+    res = runner.invoke(app, [*args, "--resume"])
+    assert res.exit_code == 2 and "differ from the run" in res.output

@@ -55,7 +55,15 @@ class FillOptions:
         """What must not change between a run and its resume."""
 
         def digest(path: Path | None) -> str | None:
-            return None if path is None else hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+            if path is None:
+                return None
+            path = Path(path)
+            h = hashlib.sha256()
+            # a folder of eval logs (read by the importers) is fingerprinted file by file, in a stable order
+            for f in sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]:
+                h.update(str(f.relative_to(path)).encode() if path.is_dir() else b"")
+                h.update(f.read_bytes())
+            return h.hexdigest()[:16]
 
         return {"items": digest(self.items), "responses": digest(self.responses), "config": digest(self.config),
                 "models": self.models, "models_file": digest(self.models_file), "n_gaps": self.n_gaps,
