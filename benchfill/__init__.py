@@ -9,3 +9,19 @@ import os as _os
 _os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 __version__ = "0.1.0"
+
+# The Python API (benchfill.api), imported on first use so that `import benchfill` stays light.
+__all__ = ["load_responses", "diagnose", "suite", "place", "fill", "fill_async", "evaluate", "evaluate_async",
+           "Diagnosis", "__version__"]
+
+
+def __getattr__(name: str):
+    if name == "Diagnosis":
+        from benchfill.diagnostics.report import Diagnosis
+
+        return Diagnosis
+    if name in __all__:
+        from benchfill import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'benchfill' has no attribute {name!r}")

@@ -12,15 +12,31 @@ from typing import Optional
 
 import typer
 
-from benchfill.cli_support import console, err_console, friendly_errors
+from benchfill.cli_support import (
+    JsonFlagCommand, console, did_you_mean, err_console, friendly_errors, install_sigint_handler, is_stdout, lit,
+    result_console,
+    write_json_result,
+)
 from benchfill.errors import InputError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmarks as empirical measures over difficulty.")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from benchfill import __version__
+
+        typer.echo(f"benchfill {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="print the version and exit"),
+) -> None:
     """benchfill: estimate item difficulty with IRT, diagnose difficulty coverage, fill the gaps with LLMs."""
+    install_sigint_handler()
 
 
 # ---- commands are added below, one block each -------------------------------------------------------------
@@ -36,34 +52,52 @@ def _panel(responses_path: Path, items_path: Path | None, models: int | None, mo
     return load_panel(responses_path, items_path, models, models_file)
 
 
-def _spec(responses, items, guessing: float | None, choices: int | None, kind: str = "1pl"):
-    from benchfill.irt.model import IRTSpec
+def _check_fit_options(sampler: str, chains: int = 1, tune: int = 0, draws: int = 1, guessing: float | None = None,
+                       choices: int | None = None, top_gaps: int | None = None) -> None:
+    """The IRT options, checked before any data is read: one line and exit 2 instead of a traceback."""
+    from benchfill.irt.fit import SAMPLERS, available_samplers
 
-    return IRTSpec.for_items(responses.item_ids, items, guessing=guessing, choices=choices, kind=kind)
+    known = available_samplers()
+    if sampler and sampler not in known:
+        if sampler.lower() in ("nuts", "hmc", "mcmc"):
+            hint = " (NUTS is pymc, nutpie or numpyro)"
+        else:
+            hint = did_you_mean(sampler, known)
+        missing = " (not installed here)" if sampler in SAMPLERS else ""
+        raise InputError("--sampler", f"{sampler!r}{missing}: choose from {', '.join(known)}{hint}")
+    for name, value, least in (("--chains", chains, 1), ("--draws", draws, 1), ("--tune", tune, 0),
+                               ("--top-gaps", top_gaps, 1)):
+        if value is not None and value < least:
+            raise InputError(name, f"{value}: must be at least {least}")
+    if guessing is not None and not 0.0 <= guessing < 1.0:
+        raise InputError("--guessing", f"{guessing:g}: a guessing rate must lie in [0, 1)")
+    if choices is not None and choices < 2:
+        raise InputError("--choices", f"{choices}: multiple choice needs at least 2 options")
+    if guessing is not None and choices is not None:
+        raise InputError("--guessing/--choices", "give one of them, not both")
 
 
-def _default_sampler() -> str:
-    from benchfill.irt.fit import available_samplers
+def _selection_note(resp, out=None) -> None:
+    """Say which models were kept when a subset was taken (diagnose and fill use the same rule)."""
+    sel = resp.meta.get("selection")
+    if sel:
+        (out or err_console).print(
+            f"kept {len(sel['kept'])} of {sel['of']} models ({sel['rule']}): {', '.join(sel['kept'])}",
+            markup=False, highlight=False, soft_wrap=True)
 
-    return "fast" if "fast" in available_samplers() else "pymc"
 
+def _run_diagnosis(responses, items, guessing, choices, sampler: str, chains: int, tune: int, draws: int, seed: int,
+                   robustness: bool, status_console=None):
+    """:func:`benchfill.api.diagnose` behind a status line; returns the diagnosis (its fit attached)."""
+    from benchfill import api
 
-def _run_diagnosis(responses, spec, sampler: str, chains: int, tune: int, draws: int, seed: int, robustness: bool):
-    from benchfill.diagnostics.report import diagnose
-    from benchfill.irt.model import SamplerSettings
-
-    settings = SamplerSettings(method=sampler or _default_sampler(), chains=chains, tune=tune, draws=draws, seed=seed)
-    with console.status(f"fitting {spec.kind.upper()} IRT on {responses.shape[0]} models x {responses.shape[1]} items "
-                        f"with {settings.method} ..."):
-        dg, fit = diagnose(responses, spec, settings)
-    if robustness:
-        from benchfill.irt.robustness import compare_1pl_2pl, leave_one_model_out
-
-        with console.status("robustness: leave-one-model-out refits and 1PL vs 2PL BIC ..."):
-            loo = leave_one_model_out(responses, fit)
-            bic = compare_1pl_2pl(responses, spec.guessing, seed=seed)
-        dg.robustness = {"leave_one_model_out": loo.as_dict(), "bic": bic.as_dict()}
-    return dg, fit
+    sc = status_console or console
+    what = " and leave-one-model-out refits" if robustness else ""
+    with sc.status(f"fitting IRT on {responses.shape[0]} models x {responses.shape[1]} items with "
+                   f"{sampler or api.DEFAULT_SAMPLER}{what} ..."):
+        return api.diagnose(responses, items=items, sampler=sampler or api.DEFAULT_SAMPLER, chains=chains,
+                            tune=tune, draws=draws, seed=seed, guessing=guessing, choices=choices,
+                            robustness=robustness)
 
 
 @app.command()
@@ -71,9 +105,9 @@ def _run_diagnosis(responses, spec, sampler: str, chains: int, tune: int, draws:
 def diagnose(
     responses: Path = typer.Argument(..., help="response file: long CSV/JSONL (model,item_id,n_correct,n_trials) or wide 0/1"),
     items: Optional[Path] = typer.Option(None, help="items JSONL: checks item ids; multiple choice gets c = 1/k"),
-    models: Optional[int] = typer.Option(None, help="keep this many models spread evenly by accuracy (paper: 12)"),
+    models: Optional[int] = typer.Option(None, help="keep this many models spread evenly by accuracy (paper: 12; default: all; fill's default is 12, same rule)"),
     models_file: Optional[Path] = typer.Option(None, help="keep exactly these models (one name per line)"),
-    sampler: str = typer.Option("", help=SAMPLER_HELP),
+    sampler: str = typer.Option("fast", help=SAMPLER_HELP),
     chains: int = typer.Option(4),
     tune: int = typer.Option(1000),
     draws: int = typer.Option(1000),
@@ -81,26 +115,41 @@ def diagnose(
     guessing: Optional[float] = typer.Option(None, help="fixed guessing rate c for every item"),
     choices: Optional[int] = typer.Option(None, help="every item is k-option multiple choice: c = 1/k"),
     robustness: bool = typer.Option(False, "--robustness", help="leave-one-model-out refits and 1PL vs 2PL BIC"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="where to write the JSON (default runs/<name>/diagnosis.json)"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="where to write the JSON (default runs/<name>/diagnosis.json; - = stdout, the picture and scale then go to runs/<name>/)"),
     png: Optional[Path] = typer.Option(None, help="picture path (default: next to the JSON)"),
     top_gaps: int = typer.Option(5, help="gaps shown in the table and shaded in the picture"),
+    force: bool = typer.Option(False, "--force", help="overwrite an earlier diagnosis in the default folder runs/<name>/"),
 ) -> None:
     """Estimate item difficulty with IRT and diagnose the benchmark: DDM, gaps, flags, checks, picture, JSON."""
-    from benchfill.diagnostics.render import diagnosis_tables, plot_diagnosis
-    from benchfill.io import atomic_write_text
+    from benchfill.diagnostics.render import diagnosis_tables
 
+    _check_fit_options(sampler, chains, tune, draws, guessing, choices, top_gaps)
+    out = result_console(json_out)
+    default_json = Path("runs") / _stem(responses) / "diagnosis.json"
+    files_json = default_json if json_out is None or is_stdout(json_out) else Path(json_out)
+    if json_out is None and default_json.exists() and not force:
+        raise InputError(str(default_json), "exists (an earlier diagnose of this file): pass --force to overwrite "
+                                            "it, or --json PATH to write elsewhere")
     resp, its = _panel(responses, items, models, models_file)
-    spec = _spec(resp, its, guessing, choices)
-    dg, fit = _run_diagnosis(resp, spec, sampler, chains, tune, draws, seed, robustness)
-    json_out = json_out or Path("runs") / _stem(responses) / "diagnosis.json"
-    png = png or json_out.with_suffix(".png")
-    scale_path = json_out.with_suffix(".scale.npz")
-    dg.files = {"json": str(json_out), "png": str(png), "scale": str(scale_path)}
-    plot_diagnosis(dg, png, n_gaps=top_gaps)
-    _save_scale(fit, scale_path)
-    atomic_write_text(json_out, dg.model_dump_json(indent=2) + "\n")
-    console.print(diagnosis_tables(dg, n_gaps=top_gaps))
-    console.print(f"wrote {json_out}, {png}, {scale_path}")
+    _selection_note(resp)
+    dg = _run_diagnosis(resp, its, guessing, choices, sampler, chains, tune, draws, seed, robustness,
+                        status_console=err_console)
+    png = png or files_json.with_suffix(".png")
+    scale_path = files_json.with_suffix(".scale.npz")
+    try:
+        for folder in {png.parent, scale_path.parent, files_json.parent}:
+            folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(str(exc.filename or files_json.parent), f"cannot create the folder ({exc.strerror})") from None
+    overwrote = files_json.exists() and not is_stdout(json_out)
+    dg.save(files_json, png, n_gaps=top_gaps, write_json=not is_stdout(json_out))
+    if is_stdout(json_out):  # the JSON goes to stdout; the picture and the scale stay in the folder
+        dg.files["json"] = "-"
+        write_json_result("-", dg.model_dump_json(indent=2) + "\n")
+    out.print(diagnosis_tables(dg, n_gaps=top_gaps))
+    what = f"{png}, {scale_path}" if is_stdout(json_out) else f"{files_json}, {png}, {scale_path}"
+    out.print(f"wrote {what}" + (" (overwrote the earlier diagnosis)" if overwrote else ""), markup=False,
+              highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -112,34 +161,33 @@ def suite(
     by: str = typer.Option("benchmark", help="column of the items table that names the benchmark"),
     models: Optional[int] = typer.Option(None, help="keep this many models spread evenly by accuracy"),
     models_file: Optional[Path] = typer.Option(None),
-    sampler: str = typer.Option("", help=SAMPLER_HELP),
+    sampler: str = typer.Option("fast", help=SAMPLER_HELP),
     chains: int = typer.Option(4),
     tune: int = typer.Option(1000),
     draws: int = typer.Option(1000),
     seed: int = typer.Option(0),
     choices: Optional[int] = typer.Option(None, help="every item is k-option multiple choice: c = 1/k"),
     out: Path = typer.Option(Path("runs/suite"), help="folder for one diagnosis per benchmark and summary.json"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the summary as JSON (- = stdout)"),
 ) -> None:
     """Table-1-style summary of a suite: one IRT fit and diagnosis per benchmark."""
     from benchfill.data import item_groups
-    from benchfill.diagnostics.render import plot_diagnosis, suite_table
-    from benchfill.io import atomic_write_json, atomic_write_text
+    from benchfill.diagnostics.render import suite_table
+    from benchfill.io import atomic_write_json
 
+    _check_fit_options(sampler, chains, tune, draws, None, choices)
+    con = result_console(json_out)
     resp, _ = _panel(responses, None, models, models_file)
+    _selection_note(resp)
     groups = item_groups(resp, by, items_table)
     rows = []
     for name, ids in groups.items():
-        sub = resp.subset(items=ids)
-        dg, fit = _run_diagnosis(sub, _spec(sub, None, None, choices), sampler, chains, tune, draws, seed, False)
-        folder = out / _safe_name(name)
-        dg.files = {"json": str(folder / "diagnosis.json"), "png": str(folder / "diagnosis.png"),
-                    "scale": str(folder / "diagnosis.scale.npz")}
-        plot_diagnosis(dg, folder / "diagnosis.png")
-        _save_scale(fit, folder / "diagnosis.scale.npz")
-        atomic_write_text(folder / "diagnosis.json", dg.model_dump_json(indent=2) + "\n")
+        dg = _run_diagnosis(resp.subset(items=ids), None, None, choices, sampler, chains, tune, draws, seed, False,
+                            status_console=err_console)
+        dg.save(out / _safe_name(name))
         rows.append((name, dg))
-        console.print(f"[dim]{name}: {dg.n_items} items, plug-in DDM {dg.ddm:.3f}, max gap {dg.max_gap:.3f} "
-                      f"({dg.sampler.wall_time_s:.1f} s)[/]")
+        con.print(f"{name}: {dg.n_items} items, plug-in DDM {dg.ddm:.3f}, max gap {dg.max_gap:.3f} "
+                  f"({dg.sampler.wall_time_s:.1f} s)", style="dim", markup=False, highlight=False)
     summary = [
         {"benchmark": name, "n_items": dg.n_items, "ddm": dg.ddm, "ddm_sd": dg.ddm_sd, "max_gap": dg.max_gap,
          "max_gap_sd": dg.max_gap_sd, "top5_sum": dg.top5_sum, "top5_sum_sd": dg.top5_sum_sd,
@@ -151,9 +199,11 @@ def suite(
          "json": dg.files["json"]}
         for name, dg in rows
     ]
-    atomic_write_json(out / "summary.json", {"source": str(responses), "n_models": resp.shape[0], "benchmarks": summary})
-    console.print(suite_table(rows, f"{responses.name}: {resp.shape[0]} models, {len(rows)} benchmarks"))
-    console.print(f"wrote {out / 'summary.json'} and one folder per benchmark")
+    result = {"source": str(responses), "n_models": resp.shape[0], "benchmarks": summary}
+    atomic_write_json(out / "summary.json", result)
+    con.print(suite_table(rows, f"{responses.name}: {resp.shape[0]} models, {len(rows)} benchmarks"))
+    write_json_result(json_out, result, note=con)
+    con.print(f"wrote {out / 'summary.json'} and one folder per benchmark", markup=False, highlight=False)
 
 
 def _safe_name(name: str) -> str:
@@ -169,30 +219,29 @@ def calibrate(
     k: int = typer.Option(..., "--k", help="items to keep (the target's equal-probability bins)"),
     target: str = typer.Option("uniform", help="target distribution: uniform, or beta:A,B on [0, 1]"),
     out: Optional[Path] = typer.Option(None, help="write the kept item ids (one per line) here"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="write the calibration result as JSON"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="write the calibration result as JSON (- = stdout)"),
 ) -> None:
     """Prune a benchmark toward a target difficulty distribution by greedy quantile matching (paper App. D)."""
     from rich.table import Table
 
     from benchfill.diagnostics.calibrate import calibrate as run_calibration
-    from benchfill.io import atomic_write_json, atomic_write_text
+    from benchfill.io import atomic_write_text
 
     dg = _load_diagnosis(diagnosis)
     result = run_calibration([it.b for it in dg.items], k, target=_target(target),
                              item_ids=[it.item_id for it in dg.items])
-    table = Table(title=f"calibration of {dg.source}: {result.n_items} -> {result.k} items, target {target}",
+    con = result_console(json_out)
+    table = Table(title=lit(f"calibration of {dg.source}: {result.n_items} -> {result.k} items, target {target}"),
                   title_justify="left")
     for col in ("", "before", "after"):
         table.add_column(col, justify="right")
     table.add_row("DDM (own min-max axis)", f"{result.ddm_before:.4f}", f"{result.ddm_after:.4f}")
     table.add_row("W1 to target", f"{result.w1_target_before:.4f}", f"{result.w1_target_after_renormalised:.4f}")
-    console.print(table)
+    con.print(table)
     if out:
         atomic_write_text(out, "".join(f"{i}\n" for i in result.item_ids or ()))
-        console.print(f"wrote {out}")
-    if json_out:
-        atomic_write_json(json_out, result.as_dict())
-        console.print(f"wrote {json_out}")
+        con.print(f"wrote {out}", markup=False, highlight=False)
+    write_json_result(json_out, result.as_dict(), note=con)
 
 
 def _load_diagnosis(path: Path):
@@ -232,7 +281,7 @@ CALLS_FAILED_EXIT = 3  # calls failed for infrastructure reasons: nothing was re
 
 
 @app.command()
-@friendly_errors
+@friendly_errors(resume_hint="everything saved so far is kept; rerun the same command with --resume to continue")
 def fill(
     items: Path = typer.Argument(..., help="the benchmark's items (JSONL)"),
     responses: Path = typer.Option(..., help="the benchmark's response data (long CSV/JSONL)"),
@@ -241,11 +290,12 @@ def fill(
     models: Optional[int] = typer.Option(12, help="models kept for the scale, spread evenly by accuracy"),
     models_file: Optional[Path] = typer.Option(None),
     gaps: int = typer.Option(3, help="gaps to fill"),
-    sampler: str = typer.Option("", help=SAMPLER_HELP),
+    sampler: str = typer.Option("", help=SAMPLER_HELP + " (default: fast)"),
     seed: int = typer.Option(0),
     compare: bool = typer.Option(False, "--compare", help="also run the budget-matched baseline and the oracle"),
     resume: bool = typer.Option(False, "--resume", help="continue the run in --out where it stopped (starts it if there is none)"),
     allow_floor_gaps: bool = typer.Option(False, "--allow-floor-gaps", help="also target gaps at the design's resolution floor (no wider than hole-free benchmarks of this panel show)"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the summary as JSON (- = stdout)"),
 ) -> None:
     """Fill the largest difficulty gaps with the BenchFill search (rewrite -> validate -> label -> place)."""
     from benchfill.graphs.render import FillLive, fill_summary_table
@@ -256,11 +306,17 @@ def fill(
                        resume=resume, allow_floor_gaps=allow_floor_gaps)
     from benchfill.models.client import CallsFailed
 
-    live = FillLive(console)
-    with console.status("diagnosing the benchmark (IRT fit) ..."):
+    _check_fit_options(sampler)
+    con = result_console(json_out)
+    live = FillLive(con)
+    with con.status("diagnosing the benchmark (IRT fit) ..."):
         run = FillRun(opts, on_event=live.update)
+    if run.model_selection:  # the same rule as `diagnose --models N`
+        sel = run.model_selection
+        con.print(f"scale: kept {len(sel['kept'])} of {sel['of']} models ({sel['rule']}; --models N, --models-file "
+                  f"F): {', '.join(sel['kept'])}", markup=False, highlight=False, soft_wrap=True)
     if run.simulated:
-        console.print(f"[bold yellow]{SIM_BANNER}[/]")
+        con.print(SIM_BANNER, style="bold yellow", markup=False, highlight=False)
     try:
         with live:
             summary = run.run()
@@ -269,57 +325,73 @@ def fill(
         raise typer.Exit(CALLS_FAILED_EXIT) from None
     finally:
         run.close()
-    console.print(fill_summary_table(summary))
-    console.print(f"wrote {out / 'summary.json'}; inspect a gap with: benchfill trace {out} --gap 1")
+    con.print(fill_summary_table(summary))
+    write_json_result(json_out, summary, note=con)
+    con.print(f"wrote {out / 'summary.json'} and {out / 'report.html'}; inspect a gap with: benchfill trace {out} "
+              f"--gap 1, or open the report (benchfill view {out})", markup=False, highlight=False, soft_wrap=True)
 
 
-@app.command()
+@app.command(cls=JsonFlagCommand)
 @friendly_errors
 def trace(
     run_dir: Path = typer.Argument(..., help="a fill run folder"),
     gap: int = typer.Option(1, help="which gap (1-based, in the order filled)"),
     method: str = typer.Option("benchfill", help="benchfill or baseline"),
-    json_out: bool = typer.Option(False, "--json", help="print the trace as JSON instead of a tree"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="[PATH|-]",
+                                           help="write the trace as JSON to PATH, or to stdout (- or no value) instead of the tree"),
+    full: bool = typer.Option(False, "--full", help="print every question whole (default: its first 70 characters)"),
 ) -> None:
     """Show one gap's search: rounds, parents, children, verdicts, panel counts, placement, tokens and cost."""
-    import json as _json
-
     from benchfill.graphs.render import trace_tree
     from benchfill.graphs.trace import gap_trace
 
+    if method not in ("benchfill", "baseline"):
+        raise InputError("--method", f"{method!r}: choose benchfill or baseline{did_you_mean(method, ['benchfill', 'baseline'])}")
     data = gap_trace(_open_bank(run_dir), method, gap)
-    if json_out:
-        typer.echo(_json.dumps(data, indent=2))
+    if json_out is not None:
+        write_json_result(json_out, data)
     else:
-        console.print(trace_tree(data))
+        console.print(trace_tree(data, full=full))
 
 
 @app.command()
 @friendly_errors
 def review(
     run_dir: Path = typer.Argument(..., help="a fill run folder"),
-    approve: Optional[str] = typer.Option(None, help="candidate id to approve"),
-    reject: Optional[str] = typer.Option(None, help="candidate id to reject"),
-    reviewer: Optional[str] = typer.Option(None, help="your name (one vote per reviewer and item)"),
-    note: str = typer.Option(""),
+    show: Optional[str] = typer.Option(None, "--show", metavar="ID", help="one item in full: question, reference answer, judge verdict and reason, panel counts per model, placement with its interval, votes"),
+    approve: Optional[str] = typer.Option(None, metavar="ID", help="candidate id to approve"),
+    reject: Optional[str] = typer.Option(None, metavar="ID", help="candidate id to reject"),
+    reviewer: Optional[str] = typer.Option(None, help="your name (one standing vote per reviewer and item; voting again replaces it)"),
+    note: str = typer.Option("", help="a reason, kept with the vote"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the queue (or the --show item) as JSON; - = stdout"),
 ) -> None:
-    """List the review queue of chosen items, or record an approval / rejection (accepted after 3 approvals)."""
-    from benchfill.graphs.render import review_table
-    from benchfill.graphs.trace import review_queue
+    """The review queue of chosen items; --show ID for one in full; --approve/--reject ID --reviewer NAME to vote.
+    An item is accepted after 3 approvals and no standing rejection; a rejection blocks it until that reviewer
+    votes again; 3 rejections reject it. Votes are stored in the run's memory bank."""
+    from benchfill.graphs.render import review_detail, review_table
+    from benchfill.graphs.trace import review_item, review_queue
+    from benchfill.memory.bank import REVIEW_RULE
 
+    out = result_console(json_out)
     bank = _open_bank(run_dir)
     if approve or reject:
         cid = approve or reject
         if approve and reject:
             raise InputError("--approve/--reject", "give one of them, not both")
-        if not reviewer:
+        if not reviewer or not reviewer.strip():
             raise InputError("--reviewer", "say who you are: --reviewer NAME")
-        cand = bank.candidate(cid)
-        if cand is None or cand["status"] != "chosen":
-            raise InputError(str(run_dir), f"{cid!r} is not in the review queue (see `benchfill review {run_dir}`)")
-        bank.review(cid, reviewer, "approve" if approve else "reject", note)
-        console.print(f"{cid}: {bank.review_status(cid)} ({bank.approvals(cid)[0]} approvals)")
-    console.print(review_table(review_queue(bank)))
+        review_item(bank, cid)  # in the queue, else one line naming the queued ids
+        bank.review(cid, reviewer.strip(), "approve" if approve else "reject", note)
+        a, r = bank.approvals(cid)
+        out.print(lit(f"{cid}: {bank.review_status(cid)} ({a} approval(s), {r} rejection(s); {REVIEW_RULE})"))
+    if show:
+        item = review_item(bank, show)
+        out.print(review_detail(item))
+        write_json_result(json_out, item, note=out)
+        return
+    queue = review_queue(bank)
+    out.print(review_table(queue))
+    write_json_result(json_out, {"rule": REVIEW_RULE, "queue": queue}, note=out)
 
 
 @app.command()
@@ -368,13 +440,6 @@ def _stem(path: Path) -> str:
     return name
 
 
-def _save_scale(fit, path: Path) -> None:
-    """The fitted abilities, saved so new items can be placed on this benchmark's axis later (`benchfill place`)."""
-    from benchfill.irt.scale import Scale
-
-    Scale.from_fit(fit).save(path)
-
-
 # ---- detect -----------------------------------------------------------------------------------------------
 
 
@@ -389,23 +454,21 @@ def detect(
     permutations: int = typer.Option(100_000, help="random permutations B (paper: 100,000)"),
     seed: int = typer.Option(0),
     alpha: float = typer.Option(0.05, help="test level"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="also write the result as JSON here"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the result as JSON here (- = stdout)"),
 ) -> None:
     """Local-progress test (paper Table 12): does model B beat model A? One-sided stratified randomization test,
     strata = items, statistic = mean per-item accuracy difference B - A over rollouts."""
-    import json
-
     from rich.table import Table
 
     from benchfill.diagnostics.detect import detect_files
-    from benchfill.io import atomic_write_text
 
-    with console.status(f"randomization test, {permutations:,} permutations ..."):
+    con = result_console(json_out)
+    with err_console.status(f"randomization test, {permutations:,} permutations ..."):
         res = detect_files(
             responses_a, responses_b, model_a=model_a, model_b=model_b, items_path=items,
             n_permutations=permutations, seed=seed, alpha=alpha,
         )
-    table = Table(title=f"local progress: {res.model_b} (B) vs {res.model_a} (A)")
+    table = Table(title=lit(f"local progress: {res.model_b} (B) vs {res.model_a} (A)"))
     table.add_column("quantity")
     table.add_column("value", justify="right")
     table.add_row("items (informative)", f"{res.n_items} ({res.n_informative})")
@@ -415,17 +478,15 @@ def detect(
     table.add_row("permutations", f"{res.n_permutations:,} (seed {res.seed})")
     verdict = "[green]yes[/]" if res.significant else "[yellow]no[/]"
     table.add_row(f"B better at alpha={res.alpha:g}", verdict)
-    console.print(table)
-    if json_out is not None:
-        atomic_write_text(json_out, json.dumps(res.as_dict(), indent=2) + "\n")
-        console.print(f"wrote {json_out}")
+    con.print(table)
+    write_json_result(json_out, res.as_dict(), note=con)
 
 
 # ---- evaluate ---------------------------------------------------------------------------------------------
 
 
 @app.command()
-@friendly_errors
+@friendly_errors(resume_hint="answers received so far are cached; rerun the same command to continue")
 def evaluate(
     items: Path = typer.Argument(..., help="items JSONL (id, question, answer[, choices, format])"),
     config: Path = typer.Option(..., "--config", "-c", help="run config (TOML or YAML) naming the panel models"),
@@ -433,6 +494,7 @@ def evaluate(
     limit: Optional[int] = typer.Option(None, "--limit", help="only the first N items"),
     rollouts: Optional[int] = typer.Option(None, "--rollouts", help="override every panel model's rollouts"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="live progress bar"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the summary as JSON (- = stdout)"),
 ) -> None:
     """Every panel model answers every item `rollouts` times; answers are graded (objective first) and counted
     into a response file `benchfill diagnose` reads. Calls are cached: a rerun or a resumed run pays nothing twice."""
@@ -450,7 +512,9 @@ def evaluate(
     except CallsFailed as exc:  # an outage is not an outcome: nothing counted, exit 3, a rerun retries them
         err_console.print(f"benchfill: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(CALLS_FAILED_EXIT) from None
-    print_summary(console, result)
+    con = result_console(json_out)
+    print_summary(con, result)
+    write_json_result(json_out, result.to_json(), note=con)
 
 
 # ---- place ------------------------------------------------------------------------------------------------
@@ -463,13 +527,12 @@ def place(
     scale: Path = typer.Option(..., "--scale", help="<name>.scale.npz written by `benchfill diagnose`"),
     guessing: Optional[float] = typer.Option(None, help="lower asymptote c of the new items (default: the scale's)"),
     prior_sd: float = typer.Option(1.0, help="SD of b's Normal prior: 1 is the benchmark's model; 3 gives items beyond the benchmark's range intervals that cover (measured 0.92 vs 0.81), at a wider SD"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="also write the placements as JSON"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the placements as JSON (- = stdout)"),
 ) -> None:
     """Place new items on a benchmark's difficulty scale, abilities fixed (exact quadrature): b, SD, d, d SD."""
     from rich.table import Table
 
     from benchfill.data import load_responses
-    from benchfill.io import atomic_write_json
     from benchfill.irt.placement import place_responses
     from benchfill.irt.scale import Scale
 
@@ -481,25 +544,24 @@ def place(
         raise InputError("--prior-sd", f"{prior_sd}: must be a positive number")
     placed = place_responses(sc, resp, guessing, prior_sd)
     if placed.ignored_models:
-        err_console.print(f"note: ignored {len(placed.ignored_models)} model(s) not on the scale: "
-                          f"{', '.join(placed.ignored_models)}")
+        err_console.print(lit(f"note: ignored {len(placed.ignored_models)} model(s) not on the scale: "
+                              f"{', '.join(placed.ignored_models)}"))
     sign = "-" if sc.b_min >= 0 else "+"
-    table = Table(title=f"{resp.shape[1]} item(s) placed on {scale.name} ({sc.n_draws} ability draws; "
-                        f"d = (b {sign} {abs(sc.b_min):.3f}) / {sc.span:.3f})")
+    table = Table(title=lit(f"{resp.shape[1]} item(s) placed on {scale.name} ({sc.n_draws} ability draws; "
+                            f"d = (b {sign} {abs(sc.b_min):.3f}) / {sc.span:.3f})"))
     for col in ("item", "b", "SD", "d", "d SD"):
         table.add_column(col, justify="left" if col == "item" else "right")
     for rec in placed.to_records():
         d = rec["d"]
         d_txt = f"{d:.3f}" if 0.0 <= d <= 1.0 else f"[yellow]{d:.3f}[/] (outside)"
-        table.add_row(str(rec["item_id"]), f"{rec['b']:.3f}", f"{rec['b_sd']:.3f}", d_txt, f"{rec['d_sd']:.3f}")
-    console.print(table)
-    if json_out is not None:
-        atomic_write_json(json_out, {
-            "scale": str(scale), "responses": str(responses), "models": sc.models, "b_min": sc.b_min,
-            "b_max": sc.b_max, "n_draws": sc.n_draws, "guessing": sc.guessing if guessing is None else guessing,
-            "ignored_models": placed.ignored_models, "items": placed.to_records(),
-        })
-        console.print(f"wrote {json_out}")
+        table.add_row(lit(rec["item_id"]), f"{rec['b']:.3f}", f"{rec['b_sd']:.3f}", d_txt, f"{rec['d_sd']:.3f}")
+    con = result_console(json_out)
+    con.print(table)
+    write_json_result(json_out, {
+        "scale": str(scale), "responses": str(responses), "models": sc.models, "b_min": sc.b_min,
+        "b_max": sc.b_max, "n_draws": sc.n_draws, "guessing": sc.guessing if guessing is None else guessing,
+        "ignored_models": placed.ignored_models, "items": placed.to_records(),
+    }, note=con)
 
 
 # ---- import (other harnesses' eval logs) ------------------------------------------------------------------
@@ -546,9 +608,11 @@ def import_(
 
 # ---- designers (BenchBench: card / run / rewriters) -------------------------------------------------------
 
+from benchfill.cli_support import plain_help  # noqa: E402
 from benchfill.designers.cli import designers_app  # noqa: E402  (a light import: typer only, the rest is lazy)
 
 app.add_typer(designers_app, name="designers")
+plain_help(app, designers_app)  # help text as written ("[fill]" kept), no "<bool>" on flags
 
 
 def main() -> None:  # pragma: no cover - entry point

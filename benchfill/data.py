@@ -130,10 +130,14 @@ def _open_text(path: Path) -> str:
     except IsADirectoryError:
         raise InputError(str(path), "is a directory, expected a file") from None
     if raw[:2] == b"\x1f\x8b":
+        import zlib
+
         try:
             raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise InputError(str(path), f"corrupt gzip data ({exc})") from None
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(str(path), f"corrupt gzip file ({exc})") from None
+    elif path.name.lower().endswith(".gz"):
+        raise InputError(str(path), "corrupt gzip file (the name ends in .gz but the data is not gzip)")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -163,6 +167,18 @@ def load_responses(path: str | Path, items: Sequence[Item] | None = None, *, min
     else:
         frame = _csv_frame(path, text)
     return _matrix_from_long(path, frame, items, min_models)
+
+
+def responses_from_frame(frame: pd.DataFrame, items: Sequence[Item] | None = None, *, source: str = "<DataFrame>",
+                         min_models: int = 2) -> ResponseMatrix:
+    """A long-format DataFrame (``model, item_id, n_correct, n_trials``), validated like a file."""
+    for col in ("model", "item_id", "n_correct", "n_trials"):
+        if col not in frame.columns:
+            raise InputError(source, f"missing column {col!r} (long format: model,item_id,n_correct,n_trials)")
+    # the file readers hand over text columns and a row number; so does a frame ("row" = its position + 1)
+    frame = frame[list(LONG_COLUMNS)].astype(str)
+    frame["_row"] = np.arange(1, len(frame) + 1)
+    return _matrix_from_long(Path(source), frame, items, min_models)
 
 
 def _from_logs(path: Path, fmt: str, items: Sequence[Item] | None, min_models: int) -> ResponseMatrix:
@@ -211,11 +227,34 @@ def _csv_frame(path: Path, text: str) -> pd.DataFrame:
         missing = [c for c in LONG_COLUMNS if c not in frame.columns]
         if missing:
             raise InputError(
-                str(path), f"missing column(s) {', '.join(missing)}; long format needs {','.join(LONG_COLUMNS)}", row=1
+                str(path), f"missing column(s) {', '.join(missing)}; long format needs {','.join(LONG_COLUMNS)}"
+                           + (f"; misspelt? {near}" if (near := _misspelt(frame.columns, missing)) else ""), row=1
             )
         frame["_row"] = np.arange(2, len(frame) + 2)
         return frame
-    return _wide_to_long(path, frame)
+    try:
+        return _wide_to_long(path, frame)
+    except InputError:
+        # a long file whose column names are misspelt reads as a wide matrix with non-0/1 cells: say so
+        near = _misspelt(frame.columns, LONG_COLUMNS)
+        if near:
+            raise InputError(str(path), f"not long format (model,item_id,n_correct,n_trials) and not a wide 0/1 "
+                                        f"matrix: misspelt column name(s)? {near}", row=1) from None
+        raise
+
+
+def _misspelt(columns: Sequence[str], wanted: Sequence[str]) -> str:
+    """' 'n_corect' (did you mean 'n_correct'?)' for each column that is a near miss of a wanted name."""
+    import difflib
+
+    hints = []
+    for col in columns:
+        if col in LONG_COLUMNS:
+            continue
+        close = difflib.get_close_matches(str(col), list(wanted), n=1, cutoff=0.7)
+        if close:
+            hints.append(f"{col!r} (did you mean {close[0]!r}?)")
+    return "; ".join(hints)
 
 
 def _wide_to_long(path: Path, frame: pd.DataFrame) -> pd.DataFrame:
@@ -383,7 +422,11 @@ def load_panel(
             raise InputError(str(models_file), f"model(s) not in {responses_path}: {', '.join(unknown[:5])}")
         responses = responses.subset(models=names)
     elif models is not None:
+        n_all = len(responses.models)
         responses = responses.subset(models=select_models(responses, models))
+        if len(responses.models) < n_all:  # say which were kept (diagnose and fill print this line)
+            responses.meta["selection"] = {"rule": "spread evenly by accuracy, weakest first", "of": n_all,
+                                           "kept": list(responses.models)}
     return responses, items
 
 

@@ -132,18 +132,15 @@ def suite_table(rows: Sequence[tuple[str, Diagnosis]], title: str) -> Table:
     return t
 
 
-def plot_diagnosis(dg: Diagnosis, path: str | Path, n_gaps: int = 5) -> Path:
-    """PNG: ECDF of normalised difficulty against the uniform, items on the axis, largest gaps shaded."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from benchfill.io import atomic_write_bytes
+def diagnosis_figure(dg: Diagnosis, n_gaps: int = 5):
+    """The picture as a matplotlib Figure: ECDF of normalised difficulty against the uniform, items on the axis,
+    largest gaps shaded."""
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global figure state
 
     d = np.sort(dg.d_values())
     n = len(d)
-    fig, ax = plt.subplots(figsize=(7.5, 5.0), dpi=120)
+    fig = Figure(figsize=(7.5, 5.0), dpi=120)
+    ax = fig.subplots()
     for k, g in enumerate(dg.gaps[:n_gaps]):
         ax.axvspan(g.lo, g.hi, color="tab:red", alpha=0.18, lw=0, label="largest gaps" if k == 0 else None)
         ax.text(g.mid, 1.01, str(k + 1), ha="center", va="bottom", fontsize=8, color="tab:red")
@@ -164,9 +161,15 @@ def plot_diagnosis(dg: Diagnosis, path: str | Path, n_gaps: int = 5) -> Path:
                  fontsize=9)
     ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
     fig.tight_layout()
+    return fig
+
+
+def plot_diagnosis(dg: Diagnosis, path: str | Path, n_gaps: int = 5) -> Path:
+    """Write the picture of :func:`diagnosis_figure` as a PNG (atomically)."""
     import io
 
+    from benchfill.io import atomic_write_bytes
+
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
+    diagnosis_figure(dg, n_gaps).savefig(buf, format="png")
     return atomic_write_bytes(path, buf.getvalue())

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 import benchfill
 from benchfill.data import ResponseMatrix
@@ -151,6 +152,44 @@ class Diagnosis(BaseModel):
     theory: dict[str, Any] = Field(default_factory=dict)
     robustness: dict[str, Any] | None = None
     files: dict[str, str] = Field(default_factory=dict)
+
+    _fit: Any = PrivateAttr(default=None)
+
+    def attach_fit(self, fit: IRTFit) -> None:
+        """Keep the fit, so :meth:`save` can write the scale new items are placed on."""
+        self._fit = fit
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return self.model_dump_json(indent=indent)
+
+    def plot(self, path: str | Path | None = None, n_gaps: int = 5):
+        """The picture (ECDF of d against the uniform, items on the axis, largest gaps shaded): written to
+        ``path`` as PNG, or returned as a matplotlib Figure."""
+        from benchfill.diagnostics.render import diagnosis_figure, plot_diagnosis
+
+        return plot_diagnosis(self, path, n_gaps) if path is not None else diagnosis_figure(self, n_gaps)
+
+    def save(self, where: str | Path, png: str | Path | None = None, n_gaps: int = 5, write_json: bool = True
+             ) -> Path:
+        """Write ``diagnosis.json`` (``where`` is a folder, or the JSON path itself), the PNG and, when the fit
+        is attached, the ``.scale.npz`` next to it, as ``benchfill diagnose`` does. Returns the JSON path
+        (``write_json=False``: everything but the JSON, which the caller writes elsewhere)."""
+        from benchfill.io import atomic_write_text
+
+        where = Path(where)
+        json_path = where if where.suffix == ".json" else where / "diagnosis.json"
+        png_path = Path(png) if png is not None else json_path.with_suffix(".png")
+        files = {"json": str(json_path), "png": str(png_path)}
+        if self._fit is not None:
+            from benchfill.irt.scale import Scale
+
+            files["scale"] = str(json_path.with_suffix(".scale.npz"))
+            Scale.from_fit(self._fit, source=self.source).save(files["scale"])
+        self.files = files
+        self.plot(png_path, n_gaps)
+        if write_json:
+            atomic_write_text(json_path, self.model_dump_json(indent=2) + "\n")
+        return json_path
 
     @property
     def checks_passed(self) -> int:

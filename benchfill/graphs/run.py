@@ -140,6 +140,7 @@ class FillRun:
             opts = self.opts = replace(opts, resume=False)  # nothing to continue: --resume starts the run
         responses, items = load_panel(opts.responses, opts.items, opts.models, opts.models_file)
         assert items is not None
+        self.model_selection = responses.meta.get("selection")  # which models were kept (the CLI says so)
         fingerprint = opts.fingerprint()
         if opts.resume:
             self.bank = MemoryBank(memory_path)
@@ -198,9 +199,8 @@ class FillRun:
             except ValidationError:
                 raise InputError(str(json_path), "not a benchfill diagnosis JSON") from None
         from benchfill.diagnostics.render import plot_diagnosis
-        from benchfill.irt.fit import available_samplers
 
-        method = self.opts.sampler or ("fast" if "fast" in available_samplers() else "pymc")
+        method = self.opts.sampler or SamplerSettings().method  # "" (the default) = the library default, fast
         spec = IRTSpec.for_items(responses.item_ids, items)
         dg, fit = diagnose(responses, spec, SamplerSettings(method=method, seed=self.opts.seed))
         scale = Scale.from_fit(fit, source=str(self.opts.responses))

@@ -51,9 +51,10 @@ class IRTSpec:
 
 @dataclass(frozen=True)
 class SamplerSettings:
-    """How the posterior was obtained. ``method`` is one of the registered samplers (see :mod:`benchfill.irt.fit`)."""
+    """How the posterior was obtained. ``method`` is one of the registered samplers (see :mod:`benchfill.irt.fit`);
+    the default, ``fast``, is the exact sampler every command uses (``pymc`` is the paper's reference NUTS)."""
 
-    method: str = "pymc"
+    method: str = "fast"
     chains: int = 4
     tune: int = 1000
     draws: int = 1000

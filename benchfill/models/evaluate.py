@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from benchfill.aio import run_sync
 from benchfill.data import Item, load_items
 from benchfill.errors import InputError
 from benchfill.io import atomic_write_json, atomic_write_text
@@ -271,9 +272,11 @@ def _write_outputs(out: Path, items: Sequence[Item], config: RunConfig, n_roll: 
     return result
 
 
-def evaluate(items_path: str | Path, config_path: str | Path, out_dir: str | Path, *, limit: int | None = None,
-             rollouts: int | None = None, progress: Progress | None = None) -> EvaluationResult:
-    """Load and validate everything (no call is made before the config, keys and items check out), then run."""
+async def evaluate_async(items_path: str | Path, config_path: str | Path, out_dir: str | Path, *,
+                         limit: int | None = None, rollouts: int | None = None,
+                         progress: Progress | None = None) -> EvaluationResult:
+    """Load and validate everything (no call is made before the config, keys and items check out), then run.
+    Raises :class:`CallsFailed` when calls failed for good (nothing is counted; a rerun retries them)."""
     config = load_config(config_path)
     validate_config(config, need=("panel",))
     if limit is not None and limit < 1:
@@ -286,7 +289,14 @@ def evaluate(items_path: str | Path, config_path: str | Path, out_dir: str | Pat
     if config.grader is not None and any(item.resolved_format == "open" for item in items):
         validate_config(config, need=("grader",))  # the judge of open answers is called: it must be callable
     PromptLibrary.from_config(config)  # template overrides exist and parse, before any call
-    result = asyncio.run(run_evaluation(items, config, out_dir, rollouts=rollouts, progress=progress))
+    result = await run_evaluation(items, config, out_dir, rollouts=rollouts, progress=progress)
     if result.failed_calls:
         raise CallsFailed(result.failure_errors, "rerun the same command to retry them (answers received are kept)")
     return result
+
+
+def evaluate(items_path: str | Path, config_path: str | Path, out_dir: str | Path, *, limit: int | None = None,
+             rollouts: int | None = None, progress: Progress | None = None) -> EvaluationResult:
+    """:func:`evaluate_async` from synchronous code, also inside a running event loop (Jupyter)."""
+    return run_sync(evaluate_async(items_path, config_path, out_dir, limit=limit, rollouts=rollouts,
+                                   progress=progress))
