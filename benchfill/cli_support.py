@@ -1,34 +1,208 @@
-"""What every `benchfill` command shares: the consoles and the wrapper that turns bad input into one line."""
+"""What every `benchfill` command shares: the consoles and the wrapper that turns bad input into one line.
+
+Rules every command follows (tested in ``tests/test_cli_friction.py``):
+
+- text written by a model or a user (item text, model names, file names) is printed literally: never through rich
+  markup (``lit`` / ``rich.text.Text``), so ``[/INST]`` or ``[/note]`` in an answer cannot break a table;
+- bad input is one line on stderr and exit code 2, never a traceback; Ctrl-C is one line and exit code 130;
+- output that is not a terminal (a pipe, a file) is laid out ``COLUMNS`` wide (default 200), not cut to 80;
+- ``--json PATH|-`` writes the command's result as JSON to a file or, with ``-``, to standard output (the human
+  tables then go to standard error, so the JSON stays parseable).
+"""
 
 from __future__ import annotations
 
+import difflib
 import functools
-from typing import Callable, TypeVar
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any, Callable, Iterable, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from benchfill.errors import InputError
 
-console = Console()
-err_console = Console(stderr=True)
+WIDE_DEFAULT = 200  # columns for output that is not a terminal, when COLUMNS does not say
+
+
+def _width_for_pipes() -> int | None:
+    """None on a terminal (rich measures it); else COLUMNS when set, else a wide default."""
+    try:
+        return max(40, int(os.environ["COLUMNS"]))
+    except (KeyError, ValueError):
+        return WIDE_DEFAULT
+
+
+class _Console(Console):
+    """A console that is as wide as the terminal, or COLUMNS / 200 wide when the output is not a terminal (rich's
+    own fallback, 80, cut every table when piped or redirected). Decided at each print: tests swap stdout."""
+
+    @property
+    def width(self) -> int:  # type: ignore[override]
+        if self._width is None and not self.is_terminal:
+            return _width_for_pipes() or 80
+        return super().width
+
+    @width.setter
+    def width(self, value: int) -> None:
+        self._width = value
+
+    @property
+    def size(self):  # type: ignore[override]
+        from rich.console import ConsoleDimensions
+
+        if self._width is None and not self.is_terminal:
+            return ConsoleDimensions(_width_for_pipes() or 80, self._height or 25)
+        return super().size
+
+    @size.setter
+    def size(self, new_size) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
+console = _Console()
+err_console = _Console(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., object])
 
 
-def friendly_errors(fn: F) -> F:
-    """Bad input -> one clear line on stderr and exit 2, never a traceback; Ctrl-C -> a resume hint and exit 130."""
+def lit(value: Any) -> Text:
+    """Model- or user-written text as a rich renderable that is printed literally (no markup)."""
+    return Text(str(value))
 
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except InputError as exc:
-            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            err_console.print("interrupted: everything saved so far is kept; rerun the same command to resume")
-            raise typer.Exit(130) from None
 
-    return wrapper  # type: ignore[return-value]
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """' (did you mean 'x'?)' for the closest choice, or ''."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def is_stdout(path: Any) -> bool:
+    return path is not None and str(path) == "-"
+
+
+def result_console(json_out: Any) -> Console:
+    """Where the human-readable result goes: stdout, or stderr when the JSON itself goes to stdout."""
+    return err_console if is_stdout(json_out) else console
+
+
+def write_json_result(json_out: Path | str | None, obj: Any, *, note: Console | None = None) -> None:
+    """``--json PATH|-``: write ``obj`` (JSON) to PATH (parents created) or to stdout; say where (stderr for '-')."""
+    import json
+
+    from benchfill.io import atomic_write_text
+
+    if json_out is None:
+        return
+    text = obj if isinstance(obj, str) else json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n"
+    try:
+        atomic_write_text(Path(str(json_out)), text)
+    except OSError as exc:
+        raise InputError(str(json_out), f"cannot write the JSON ({exc.strerror or exc})") from None
+    if not is_stdout(json_out):
+        (note or console).print(f"wrote {json_out}", markup=False, highlight=False, soft_wrap=True)
+
+
+def quiet_libraries() -> None:
+    """Silence library noise that is not the user's business (math-verify's one-off 'Timeout is disabled ...':
+    benchfill bounds grading time itself)."""
+    for name in ("math_verify", "math_verify.parser", "math_verify.grader"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+_MAIN_PID = os.getpid()
+
+
+def _on_sigint(signum, frame) -> None:  # pragma: no cover - exercised in a subprocess by the tests
+    if os.getpid() != _MAIN_PID:
+        # a forked worker (the IRT chains): stay quiet, the parent stops the pool; no ForkPoolWorker traceback
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return
+    raise KeyboardInterrupt
+
+
+def install_sigint_handler() -> None:
+    """Ctrl-C raises KeyboardInterrupt in the command's process only; forked workers inherit a handler that ignores
+    it (the terminal sends SIGINT to the whole process group), so they print no tracebacks."""
+    global _MAIN_PID
+    _MAIN_PID = os.getpid()
+    try:
+        signal.signal(signal.SIGINT, _on_sigint)
+    except ValueError:  # pragma: no cover - not the main thread (an embedding application)
+        pass
+
+
+def friendly_errors(fn: F | None = None, *, resume_hint: str | None = None):
+    """Bad input -> one clear line on stderr and exit 2, never a traceback; Ctrl-C -> one line and exit 130 (with
+    ``resume_hint`` only for commands that do resume)."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            quiet_libraries()
+            try:
+                return fn(*args, **kwargs)
+            except InputError as exc:
+                err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+                raise typer.Exit(2) from None
+            except KeyboardInterrupt:
+                msg = "interrupted" + (f": {resume_hint}" if resume_hint else "")
+                err_console.print(msg, markup=False, highlight=False, soft_wrap=True)
+                raise typer.Exit(130) from None
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def plain_help(*apps: typer.Typer) -> None:
+    """Help text is printed as written: words in square brackets (``[fill]``) are not rich markup; and boolean
+    flags show no ``<bool>`` value placeholder (they take none)."""
+    for a in apps:
+        a.rich_markup_mode = None  # type: ignore[assignment]
+    try:
+        from typer.core import TyperOption
+    except ImportError:  # pragma: no cover
+        return
+    if getattr(TyperOption, "_benchfill_plain", False):
+        return
+    original = TyperOption.display_type_rich
+
+    def display_type_rich(self, ctx):  # type: ignore[no-untyped-def]
+        if getattr(self, "is_flag", False) and self.metavar is None:
+            return None
+        return original(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+    TyperOption._benchfill_plain = True  # type: ignore[attr-defined]
+
+
+def _json_value_optional(args: list[str]) -> list[str]:
+    """``--json`` with no value (last, or followed by another option) means ``--json -`` (standard output)."""
+    out = list(args)
+    for i, a in enumerate(out):
+        if a == "--":
+            break
+        if a == "--json" and (i + 1 == len(out) or (out[i + 1].startswith("--") and out[i + 1] != "--")):
+            out.insert(i + 1, "-")
+    return out
+
+
+try:
+    from typer.core import TyperCommand as _TyperCommand
+except ImportError:  # pragma: no cover
+    import click as _click
+
+    _TyperCommand = _click.Command  # type: ignore[misc,assignment]
+
+
+class JsonFlagCommand(_TyperCommand):  # type: ignore[misc,valid-type]
+    """A command whose ``--json`` takes an optional value: bare ``--json`` (as in earlier versions) = stdout."""
+
+    def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
+        return super().parse_args(ctx, _json_value_optional(args))

@@ -7,7 +7,10 @@ from typing import Any
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 from rich.tree import Tree
+
+from benchfill.memory.bank import REVIEW_APPROVALS_NEEDED
 
 
 def _f(x: float | None, nd: int = 3) -> str:
@@ -72,49 +75,97 @@ def fill_summary_table(summary: dict[str, Any]) -> Group:
     return Group(t, r)
 
 
-def trace_tree(data: dict[str, Any]) -> Tree:
-    """A gap's search as a tree: rounds -> parents -> children with verdict, panel counts and placement."""
-    head = (f"[bold]{data['method']} gap {data['gap']}[/]: [{data['lo']:.3f}, {data['hi']:.3f}] target "
-            f"{data['target']:.3f}, {data['status']}")
+def trace_tree(data: dict[str, Any], full: bool = False) -> Tree:
+    """A gap's search as a tree: rounds -> parents -> children with verdict, panel counts and placement.
+
+    Model- and user-written text (questions, judge reasons, errors, ids) goes in as :class:`rich.text.Text`, never
+    as markup: ``[/INST]`` in an answer is printed as written. ``full`` prints whole questions (else 70 chars)."""
+    head = Text.assemble((f"{data['method']} gap {data['gap']}", "bold"),
+                         f": [{data['lo']:.3f}, {data['hi']:.3f}] target {data['target']:.3f}, {data['status']}")
     if data["chosen"]:
-        head += f", chosen {data['chosen']} d = {data['chosen_d']:.3f} ± {data['chosen_d_sd']:.3f}"
+        head.append(f", chosen {data['chosen']} d = {_f(data['chosen_d'])} ± {_f(data['chosen_d_sd'])}")
     u = data["usage"]
-    head += f"  (calls {int(u['calls'])}, tokens {int(u['tokens'])}, cost ${u['cost']:.4f})"
+    head.append(f"  (calls {int(u['calls'])}, tokens {int(u['tokens'])}, cost ${u['cost']:.4f})")
     if data.get("simulated"):
-        head += " [yellow]SIMULATED[/]"
+        head.append(" SIMULATED", "yellow")
     tree = Tree(head)
     for r in data["rounds"]:
         ru = r["usage"]
-        branch = tree.add(f"round {r['round']}  (calls {int(ru['calls'])}, cost ${ru['cost']:.4f})")
+        branch = tree.add(Text(f"round {r['round']}  (calls {int(ru['calls'])}, cost ${ru['cost']:.4f})"))
         for p in r["parents"]:
-            pb = branch.add(f"parent {p['id']} ({p['kind']}, d = {_f(p['d'])})")
+            pb = branch.add(Text(f"parent {p['id']} ({p['kind']}, d = {_f(p['d'])})"))
             for c in (c for c in r["children"] if c["parent"] == p["id"]):
-                text = " ".join((c["question"] or "").split())[:70]
-                line = f"{c['id']}: {c['status']}"
+                text = " ".join((c["question"] or "").split())
+                if not full:
+                    text = text[:70]
+                line = Text(f"{c['id']}: {c['status']}")
                 if c["d"] is not None:
-                    line += f"  d = {c['d']:.3f} ± {c['d_sd']:.3f}  |d - t| = {c['deviation']:.3f}"
+                    line.append(f"  d = {c['d']:.3f} ± {_f(c['d_sd'])}  |d - t| = {_f(c['deviation'])}")
                 if c["counts"]:
                     k = sum(v[0] for v in c["counts"].values())
                     n = sum(v[1] for v in c["counts"].values())
-                    line += f"  panel {k}/{n}"
+                    line.append(f"  panel {k}/{n}")
                 if c.get("labelling"):
-                    line += f"  adaptive: {c['labelling']} ({c.get('label_note') or ''})"
+                    line.append(f"  adaptive: {c['labelling']} ({c.get('label_note') or ''})")
                 if c["verdict"] and not c["valid"]:
-                    line += f"  judge: {c['verdict'].get('reason', '')[:60]}"
+                    line.append(f"  judge: {str(c['verdict'].get('reason', ''))[:60]}")
                 if c["error"]:
-                    line += f"  [red]{c['error'][:60]}[/]"
+                    line.append(f"  {str(c['error'])[:60]}", "red")
                 if c["id"] == data["chosen"]:
-                    line = f"[bold green]{line} <- chosen[/]"
-                pb.add(f"{line}\n[dim]{text}[/]")
+                    line.append(" <- chosen")
+                    line.stylize("bold green")
+                line.append("\n")
+                line.append(text, "dim")
+                pb.add(line)
     return tree
 
 
 def review_table(queue: list[dict[str, Any]]) -> Table:
-    t = Table(title="review queue (accepted after 3 approvals)", title_justify="left")
-    for col in ("candidate", "gap", "target", "d ± SD", "approvals", "status", "question"):
+    """The review queue, one row per chosen item (text printed literally)."""
+    t = Table(title=f"review queue (accepted after {REVIEW_APPROVALS_NEEDED} approvals and no standing rejection; "
+                    "details: --show ID)", title_justify="left")
+    for col in ("candidate", "gap", "target", "d ± SD", "approvals", "rejections", "status", "question"):
         t.add_column(col)
     for q in queue:
-        t.add_row(q["candidate"], str(q["gap"]), _f(q["target"]), f"{q['d']:.3f} ± {q['d_sd']:.3f}",
-                  f"{q['approvals']} (+{q['rejections']} rejections)" if q["rejections"] else str(q["approvals"]),
-                  q["status"], " ".join(q["question"].split())[:60])
+        t.add_row(Text(str(q["candidate"])), str(q["gap"]), _f(q["target"]), f"{_f(q['d'])} ± {_f(q['d_sd'])}",
+                  str(q["approvals"]), str(q["rejections"]), q["status"],
+                  Text(" ".join(str(q["question"]).split())[:80]))
     return t
+
+
+def review_detail(d: dict[str, Any]) -> Group:
+    """One queued item in full: question, reference answer, judge verdict and reason, panel counts per model,
+    placement with its interval against the target and tolerance, the votes."""
+    lines: list[Any] = []
+    head = Text.assemble((f"candidate {d['candidate']}", "bold"), f"  gap {d['gap']}  status {d['status']} "
+                         f"({d['approvals']} approval(s), {d['rejections']} rejection(s); {d['rule']})")
+    if d.get("simulated"):
+        head.append("  SIMULATED", "yellow")
+    lines.append(head)
+    lines.append(Text("question:", "bold"))
+    lines.append(Text(d["question"] or ""))
+    lines.append(Text.assemble(("reference answer: ", "bold"), d["answer"] or ""))
+    v = d.get("verdict") or {}
+    lines.append(Text.assemble(("judge: ", "bold"), f"{d.get('judge') or '-'}: "
+                               f"{'valid' if d.get('valid') else 'invalid'}; {v.get('reason', '') or 'no reason given'}"))
+    p = d["placement"]
+    lines.append(Text.assemble(("placement: ", "bold"),
+                               f"d = {_f(p['d'])} ± {_f(p['d_sd'])}, 90 % interval [{_f(p['d_lo'])}, {_f(p['d_hi'])}]; "
+                               f"target {_f(p['target'])} ± tolerance {_f(p['tolerance'])} in gap "
+                               f"[{_f(p['lo'])}, {_f(p['hi'])}]; |d - t| = {_f(p['deviation'])}; b = {_f(p['b'])} ± "
+                               f"{_f(p['b_sd'])}"))
+    lines.append(Text.assemble(("rewriter: ", "bold"), f"{d.get('rewriter') or '-'}; parent {d.get('parent') or '-'}"))
+    t = Table(title="panel counts per model", title_justify="left")
+    for col in ("model", "correct", "trials", "accuracy"):
+        t.add_column(col, justify="left" if col == "model" else "right")
+    for model, (k, n) in sorted((d.get("counts") or {}).items()):
+        t.add_row(Text(str(model)), str(k), str(n), f"{k / n:.2f}" if n else "-")
+    lines.append(t)
+    if d["reviews"]:
+        r = Table(title="reviews", title_justify="left")
+        for col in ("reviewer", "decision", "note"):
+            r.add_column(col)
+        for rv in d["reviews"]:
+            r.add_row(Text(str(rv["reviewer"])), rv["decision"], Text(str(rv.get("note") or "")))
+        lines.append(r)
+    return Group(*lines)

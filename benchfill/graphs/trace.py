@@ -58,8 +58,41 @@ def review_queue(bank: MemoryBank) -> list[dict[str, Any]]:
         out.append({"candidate": g["chosen"], "gap": g["gap"], "target": g["target"], "d": g["chosen_d"],
                     "d_sd": g["chosen_d_sd"], "approvals": approve, "rejections": reject,
                     "status": bank.review_status(g["chosen"]),
-                    "question": bank.candidate(g["chosen"])["question"]})
+                    "question": bank.candidate(g["chosen"])["question"],
+                    "answer": bank.candidate(g["chosen"])["answer"]})
     return out
+
+
+Z90 = 1.6448536269514722  # the 90 % interval of a placement: d ± 1.645 SD (its posterior is close to normal)
+
+
+def review_item(bank: MemoryBank, candidate: str) -> dict[str, Any]:
+    """One queued item in full: question, reference answer, judge verdict and reason, panel counts per model,
+    placement with its 90 % interval against the gap's target and the search's tolerance, and the votes."""
+    from benchfill.memory.bank import REVIEW_RULE
+
+    queue = {q["candidate"]: q for q in review_queue(bank)}
+    if candidate not in queue:
+        known = ", ".join(queue) or "none"
+        raise InputError(str(bank.path), f"{candidate!r} is not in the review queue (queued: {known})")
+    q, c = queue[candidate], bank.candidate(candidate)
+    assert c is not None
+    gap = bank.gap(c["method"], c["gap"]) or {}
+    tolerance = (bank.meta("params") or {}).get("tolerance")
+    d, sd = c["d"], c["d_sd"]
+    lo_hi = (None, None) if d is None or sd is None else (d - Z90 * sd, d + Z90 * sd)
+    return {
+        **q, "rule": REVIEW_RULE, "simulated": bool(bank.meta("simulated")), "method": c["method"],
+        "question": c["question"], "answer": c["answer"], "format": c.get("format"), "parent": c["parent"],
+        "round": c["round"], "rewriter": c["rewriter"], "judge": c["judge"] or None, "valid": bool(c["valid"]),
+        "verdict": json.loads(c["verdict"]) if c["verdict"] else None, "counts": c["counts"] or {},
+        "placement": {"d": d, "d_sd": sd, "d_lo": lo_hi[0], "d_hi": lo_hi[1], "b": c["b"], "b_sd": c["b_sd"],
+                      "target": gap.get("target"), "tolerance": tolerance, "lo": gap.get("lo"), "hi": gap.get("hi"),
+                      "deviation": c["deviation"],
+                      "target_in_interval": None if lo_hi[0] is None or gap.get("target") is None
+                      else bool(lo_hi[0] <= gap["target"] <= lo_hi[1])},
+        "reviews": bank.reviews(candidate),
+    }
 
 
 def filled_benchmark(bank: MemoryBank, include_pending: bool = False) -> tuple[list[Item], int]:

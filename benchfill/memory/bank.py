@@ -18,6 +18,9 @@ from typing import Any, Iterable
 import sqlite_utils
 
 REVIEW_APPROVALS_NEEDED = 3
+REVIEW_REJECTIONS_TO_DROP = 3
+REVIEW_RULE = (f"accepted after {REVIEW_APPROVALS_NEEDED} approvals and no standing rejection; a rejection blocks "
+               f"until that reviewer votes again; {REVIEW_REJECTIONS_TO_DROP} rejections reject it")
 
 
 @dataclass(frozen=True)
@@ -198,18 +201,34 @@ class MemoryBank:
         ]
 
     # ---- review queue ----------------------------------------------------------------------------------------
+    # The rule (README, `benchfill review`): each reviewer has one standing vote per item (a new vote replaces
+    # theirs). An item is "accepted" with >= 3 approvals and no standing rejection; a rejection "blocks" it until the
+    # rejecting reviewer re-reviews (votes again); 3 rejections make it "rejected" for good. Only accepted items are
+    # exported. Every vote is also appended to ``review_log`` (who, what, when), so a changed vote stays visible.
     def review(self, candidate: str, reviewer: str, decision: str, note: str = "") -> None:
-        self.db["reviews"].upsert(
-            {"candidate": candidate, "reviewer": reviewer, "decision": decision, "note": note, "at": time.time()},
-            pk=("candidate", "reviewer"),
-        )
+        if decision not in ("approve", "reject"):
+            raise ValueError(f"decision must be approve or reject, not {decision!r}")
+        at = time.time()
+        with self.db.conn:
+            self.db["reviews"].upsert(
+                {"candidate": candidate, "reviewer": reviewer, "decision": decision, "note": note, "at": at},
+                pk=("candidate", "reviewer"),
+            )
+            self.db["review_log"].insert(
+                {"candidate": candidate, "reviewer": reviewer, "decision": decision, "note": note, "at": at},
+                alter=True)
+
+    def reviews(self, candidate: str) -> list[dict[str, Any]]:
+        return list(self.db["reviews"].rows_where("candidate = ?", [candidate], order_by="at"))
 
     def approvals(self, candidate: str) -> tuple[int, int]:
-        rows = list(self.db["reviews"].rows_where("candidate = ?", [candidate]))
+        rows = self.reviews(candidate)
         return sum(r["decision"] == "approve" for r in rows), sum(r["decision"] == "reject" for r in rows)
 
     def review_status(self, candidate: str) -> str:
         approve, reject = self.approvals(candidate)
-        if reject:
+        if reject >= REVIEW_REJECTIONS_TO_DROP:
             return "rejected"
+        if reject:
+            return "blocked"
         return "accepted" if approve >= REVIEW_APPROVALS_NEEDED else "pending"

@@ -342,7 +342,26 @@ def load_config(path: str | Path) -> RunConfig:
     for role in ("rewriter", "judge", "grader", "panel", "defaults"):
         if role in data:
             _reject_inline_keys(path, data[role], role)
+    _check_defaults(path, data.get("defaults"))
     return config_from_dict(data, source=str(path))
+
+
+def _did_you_mean(word: str, choices: Any) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _check_defaults(path: Path, defaults: Any) -> None:
+    """A typo in ``[defaults]`` is reported on ``[defaults]`` (it would otherwise surface on every role it was
+    merged into, as ``rewriter.rolouts``)."""
+    if not isinstance(defaults, dict):
+        return
+    fields = set(ModelConfig.model_fields)
+    for key in defaults:
+        if key not in fields:
+            raise InputError(str(path), f"[defaults].{key}: unknown field{_did_you_mean(key, sorted(fields))}")
 
 
 def config_from_dict(data: dict[str, Any], source: str = "<memory>") -> RunConfig:
@@ -357,6 +376,14 @@ def config_from_dict(data: dict[str, Any], source: str = "<memory>") -> RunConfi
 _SECTIONS = {"rewriter", "judge", "grader", "sim", "fill", "prompts", "defaults"}
 _BOUNDS = (("greater than or equal to", ">="), ("less than or equal to", "<="), ("greater than", ">"),
            ("less than", "<"))
+
+
+def _known_fields(loc: tuple[Any, ...]) -> list[str]:
+    """The field names allowed where an unknown one was found (for "did you mean")."""
+    if len(loc) <= 1:
+        return [f for f in RunConfig.model_fields if f != "source"]
+    section = {"fill": FillParams, "sim": SimConfig}.get(str(loc[0]), ModelConfig)
+    return list(section.model_fields)
 
 
 def config_error(source: str, exc: ValidationError) -> InputError:
@@ -377,7 +404,7 @@ def config_error(source: str, exc: ValidationError) -> InputError:
             break
     else:
         if kind == "extra_forbidden":
-            msg = "unknown field"
+            msg = "unknown field" + _did_you_mean(loc[-1] if loc else "", _known_fields(loc))
         elif kind == "missing":
             msg = "required, missing"
         elif kind.startswith(("int_", "float_", "bool_", "string_", "dict_", "list_", "tuple_")):

@@ -1,0 +1,304 @@
+"""The CLI never breaks: literal text everywhere, one line + exit 2 for bad options, Ctrl-C, help text, widths,
+--version, --json PATH|-, loader and config messages with "did you mean", and a second diagnose of the same file."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from benchfill.cli import app
+
+runner = CliRunner()
+REPO = Path(__file__).resolve().parents[1]
+NASTY = "[/INST] [/note] [bold]x[/bold] [link=http://a]"
+
+
+def run(*args: str):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchfill.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env={**os.environ, **(env or {})}, timeout=300)
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> Path:
+    """A small long-format response file (6 models x 40 items, 4 rollouts) with bracketed model names."""
+    from benchfill.irt.simulate import simulate_responses
+
+    folder = tmp_path_factory.mktemp("small")
+    rng = np.random.default_rng(0)
+    r = simulate_responses(np.linspace(-2, 2, 6), rng.normal(0, 1.2, 40), 4, seed=0)
+    frame = r.to_long()
+    frame["model"] = frame["model"].map(lambda m: f"{m}{NASTY}" if m.endswith("0") else m)
+    path = folder / "small.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+# ---- 1. bad options: one line, exit 2 ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, needle", [
+    (["--sampler", "nuts"], "NUTS is pymc, nutpie or numpyro"),
+    (["--sampler", "pymcc"], "did you mean 'pymc'"),
+    (["--guessing", "1.5"], "--guessing: 1.5: a guessing rate must lie in [0, 1)"),
+    (["--chains", "0"], "--chains: 0: must be at least 1"),
+    (["--draws", "0"], "--draws: 0: must be at least 1"),
+    (["--choices", "1"], "--choices: 1"),
+])
+def test_bad_fit_options_are_one_line_and_exit_2(small, tmp_path, args, needle):
+    proc = cli("diagnose", small, "--json", tmp_path / "d.json", *args)
+    assert proc.returncode == 2, proc.stderr
+    assert needle in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_json_into_a_missing_folder_creates_it(small, tmp_path):
+    target = tmp_path / "a" / "b" / "c" / "diagnosis.json"
+    res = run("diagnose", small, "--sampler", "map", "--json", target)
+    assert res.exit_code == 0, res.output
+    assert target.exists() and target.with_suffix(".png").exists() and target.with_suffix(".scale.npz").exists()
+
+
+def test_json_to_stdout_is_parseable_and_tables_go_to_stderr(small, tmp_path):
+    proc = cli("diagnose", small, "--sampler", "map", "--json", "-", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["n_models"] == 6 and "DDM" in proc.stderr
+
+
+# ---- model- and user-written text is printed literally ---------------------------------------------------
+
+def test_brackets_in_model_names_do_not_break_tables(small, tmp_path):
+    res = run("diagnose", small, "--sampler", "map", "--json", tmp_path / "d.json")
+    assert res.exit_code == 0, res.output
+    scale = tmp_path / "d.scale.npz"
+    # place: item ids and model names with brackets
+    import pandas as pd
+
+    frame = pd.read_csv(small)
+    frame = frame[frame["item_id"].isin(sorted(frame["item_id"].unique())[:2])].copy()
+    frame["item_id"] = frame["item_id"].map(lambda i: f"{i}[/note]")
+    frame.loc[len(frame)] = ["unknown[/INST]", "x[/note]", 1, 2]
+    new = tmp_path / "new.csv"
+    frame.to_csv(new, index=False)
+    res = run("place", new, "--scale", scale, "--json", tmp_path / "p.json")
+    assert res.exit_code == 0, res.output
+    assert "[/note]" in res.output and "unknown[/INST]" in res.output
+
+
+@pytest.fixture(scope="module")
+def nasty_run(tmp_path_factory):
+    """A finished simulated fill run whose item texts, answers, judge reasons and panel model names hold markup."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_fill import fill, make_benchmark, write_config
+
+    folder = tmp_path_factory.mktemp("nasty")
+    items, resp = make_benchmark(folder)
+    cfg = write_config(folder)
+    res = fill(items, resp, cfg, folder / "out")
+    assert res.exit_code == 0, res.output
+    from benchfill.memory.bank import MemoryBank
+
+    bank = MemoryBank(folder / "out" / "memory.sqlite")
+    for c in bank.db["candidates"].rows:
+        counts = json.loads(c["counts"]) if c["counts"] else None
+        if counts:
+            counts = {f"{m}{NASTY}": v for m, v in counts.items()}
+        bank.update_candidate(c["id"], question=f"{NASTY} {c['question']} \\[\\sin x\\]", answer=f"7 {NASTY}",
+                              verdict=json.dumps({"valid": bool(c["valid"]), "reason": f"reason {NASTY}"}),
+                              counts=counts, error=f"err {NASTY}" if not c["valid"] else c["error"])
+    bank.close()
+    return folder / "out", res.output
+
+
+def test_trace_and_review_print_markup_literally(nasty_run):
+    out, _ = nasty_run
+    for gap in ("1", "2", "3"):
+        res = run("trace", out, "--gap", gap, "--full")
+        assert res.exit_code == 0, res.output
+        assert "[/INST] [/note] [bold]x[/bold]" in res.output
+    res = run("review", out)
+    assert res.exit_code == 0, res.output
+    assert "[/INST]" in res.output
+
+
+def test_fill_says_which_models_it_kept(nasty_run):
+    _, output = nasty_run
+    assert "kept 6 of" not in output  # 6 models asked of 6: nothing dropped, nothing to say
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_fill import make_benchmark, write_config
+
+    folder = nasty_run[0].parent / "b8"
+    folder.mkdir()
+    items, resp = make_benchmark(folder, n_models=8)
+    cfg = write_config(folder)
+    res = runner.invoke(app, ["fill", str(items), "--responses", str(resp), "--config", str(cfg), "--out",
+                              str(folder / "out"), "--sampler", "map", "--models", "4", "--gaps", "1"])
+    assert res.exit_code == 0, res.output
+    assert "kept 4 of 8 models (spread evenly by accuracy" in flat(res.output)
+
+
+# ---- review queue -----------------------------------------------------------------------------------------
+
+def test_review_show_and_json(nasty_run):
+    out, _ = nasty_run
+    queue = json.loads(cli("review", out, "--json", "-").stdout)["queue"]
+    cid = queue[0]["candidate"]
+    res = run("review", out, "--show", cid)
+    assert res.exit_code == 0, res.output
+    text = flat(res.output)
+    assert "reference answer: 7 [/INST]" in text and "reason [/INST]" in text and "90 % interval" in text
+    assert "tolerance 0.010" in text and "panel counts per model" in text
+
+
+# ---- Ctrl-C ------------------------------------------------------------------------------------------------
+
+def test_ctrl_c_during_the_irt_step_is_one_line_and_130(tmp_path):
+    from benchfill.irt.simulate import simulate_responses
+
+    rng = np.random.default_rng(1)
+    r = simulate_responses(np.linspace(-2, 2, 12), rng.normal(0, 1, 4000), 4, seed=1)
+    path = tmp_path / "big.csv"
+    r.to_long().to_csv(path, index=False)
+    proc = subprocess.Popen([sys.executable, "-m", "benchfill.cli", "diagnose", str(path), "--draws", "40000",
+                             "--json", str(tmp_path / "d.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    time.sleep(9)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal does: the whole process group, workers included
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err and "ForkPoolWorker" not in err, err
+    assert err.strip().splitlines()[-1] == "interrupted", err
+    assert "resume" not in err
+
+
+# ---- help, flags, version, width -----------------------------------------------------------------------------
+
+def test_help_keeps_square_brackets_and_flags_show_no_bool():
+    res = run("fill", "--help")
+    assert "[fill] parameters" in flat(res.output)
+    res = run("diagnose", "--help")
+    assert "<bool>" not in res.output and "--robustness" in res.output
+
+
+def test_version():
+    from benchfill import __version__
+
+    res = run("--version")
+    assert res.exit_code == 0 and res.output.strip() == f"benchfill {__version__}"
+
+
+def test_unknown_option_gets_a_suggestion(small):
+    res = runner.invoke(app, ["diagnose", str(small), "--jsn", "x"])
+    assert res.exit_code == 2 and "--json" in res.output
+
+
+def test_tables_are_not_cut_to_80_columns_when_piped(nasty_run):
+    out, _ = nasty_run
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    proc = subprocess.run([sys.executable, "-m", "benchfill.cli", "review", str(out)], capture_output=True,
+                          text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert max(len(line) for line in proc.stdout.splitlines()) > 80
+    assert "…" not in proc.stdout.split("question")[0]  # ids and numbers whole
+    proc = subprocess.run([sys.executable, "-m", "benchfill.cli", "review", str(out)], capture_output=True,
+                          text=True, env={**env, "COLUMNS": "100"})
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 100
+
+
+def test_math_verify_timeout_notice_is_silenced(caplog):
+    from benchfill.cli_support import quiet_libraries
+
+    quiet_libraries()
+    import math_verify.parser as mvp
+
+    mvp.TIMEOUT_WARNING_SHOWN = False
+    with caplog.at_level(logging.WARNING):
+        from benchfill.models.grading import _math_verify_equal
+
+        _math_verify_equal("1/2", "0.5")
+    assert "Timeout is disabled" not in caplog.text
+
+
+# ---- loaders and configs --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, content, needle", [
+    ("mis.csv", "model,item,correct,trials\na,1,1,2\nb,1,0,2\n", "misspelt column name(s)? 'item' (did you mean 'item_id'?)"),
+    ("mis2.csv", "model,item_id,n_corect,n_trials\na,1,1,2\nb,1,0,2\n", "'n_corect' (did you mean 'n_correct'?)"),
+    ("rand.csv.gz", b"\x00\x01 not gzip at all", "corrupt gzip file (the name ends in .gz but the data is not gzip)"),
+    ("trunc.csv.gz", gzip.compress(b"model,item_id,n_correct,n_trials\n" * 200)[:60], "corrupt gzip file"),
+])
+def test_loader_messages(tmp_path, name, content, needle):
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    proc = cli("diagnose", path, "--sampler", "map", "--json", tmp_path / "d.json")
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
+    assert "missing columns" not in proc.stderr and "wide matrix cell" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('[defaults]\nrolouts = 4\n[rewriter]\nmodel = "sim/r"\n[judge]\nmodel = "sim/j"\n',
+     "[defaults].rolouts: unknown field (did you mean 'rollouts'?)"),
+    ('[fill]\nparnts = 2\n[rewriter]\nmodel = "sim/r"\n', "[fill].parnts: unknown field (did you mean 'parents'?)"),
+    ('[fil]\nparents = 2\n', "fil: unknown field (did you mean 'fill'?)"),
+])
+def test_config_typos_are_reported_where_written_with_a_suggestion(tmp_path, text, needle):
+    from benchfill.errors import InputError
+    from benchfill.models.config import load_config
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    with pytest.raises(InputError) as exc:
+        load_config(cfg)
+    assert needle in str(exc.value)
+
+
+# ---- a second diagnose of the same file --------------------------------------------------------------------------
+
+def test_second_diagnose_refuses_without_force(small, tmp_path):
+    first = cli("diagnose", small, "--sampler", "map", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    target = tmp_path / "runs" / "small" / "diagnosis.json"
+    before = target.read_text()
+    second = cli("diagnose", small, "--sampler", "map", "--seed", "3", cwd=tmp_path)
+    assert second.returncode == 2 and "--force" in second.stderr and target.read_text() == before
+    third = cli("diagnose", small, "--sampler", "map", "--seed", "3", "--force", cwd=tmp_path)
+    assert third.returncode == 0 and "overwrote the earlier diagnosis" in flat(third.stdout)
+
+
+# ---- --json PATH|- on every command that prints a result -----------------------------------------------------------
+
+def test_json_dash_on_result_commands(small, nasty_run, tmp_path):
+    out, _ = nasty_run
+    diag = tmp_path / "d.json"
+    assert run("diagnose", small, "--sampler", "map", "--json", diag).exit_code == 0
+    cases = {
+        "calibrate": ["calibrate", diag, "--k", "10"],
+        "trace": ["trace", out, "--gap", "1"],
+        "review": ["review", out],
+        "detect": ["detect", small, "--model-a", "m01", "--model-b", "m05", "--permutations", "200"],
+    }
+    for name, args in cases.items():
+        proc = cli(*args, "--json", "-")
+        assert proc.returncode == 0, (name, proc.stderr)
+        json.loads(proc.stdout)  # nothing but the JSON on stdout
+    proc = cli("trace", out, "--gap", "1", "--json")  # bare --json, as before: stdout
+    assert json.loads(proc.stdout)["gap"] == 1
