@@ -14,7 +14,7 @@ import typer
 
 from benchfill.cli_support import (
     JsonFlagCommand, console, did_you_mean, err_console, friendly_errors, install_sigint_handler, is_stdout, lit,
-    result_console,
+    quiet_worker_start, result_console,
     write_json_result,
 )
 from benchfill.errors import InputError
@@ -93,6 +93,8 @@ def _run_diagnosis(responses, items, guessing, choices, sampler: str, chains: in
 
     sc = status_console or console
     what = " and leave-one-model-out refits" if robustness else ""
+    if (sampler or api.DEFAULT_SAMPLER) == "fast":
+        quiet_worker_start()  # the chains' fork server ignores Ctrl-C: one "interrupted" line, no worker tracebacks
     with sc.status(f"fitting IRT on {responses.shape[0]} models x {responses.shape[1]} items with "
                    f"{sampler or api.DEFAULT_SAMPLER}{what} ..."):
         return api.diagnose(responses, items=items, sampler=sampler or api.DEFAULT_SAMPLER, chains=chains,
@@ -308,6 +310,8 @@ def fill(
 
     _check_fit_options(sampler)
     con = result_console(json_out)
+    if (sampler or "fast") == "fast":
+        quiet_worker_start()
     live = FillLive(con)
     with con.status("diagnosing the benchmark (IRT fit) ..."):
         run = FillRun(opts, on_event=live.update)
@@ -327,6 +331,9 @@ def fill(
         run.close()
     con.print(fill_summary_table(summary))
     write_json_result(json_out, summary, note=con)
+    from benchfill.viewer import write_report
+
+    write_report(out)
     con.print(f"wrote {out / 'summary.json'} and {out / 'report.html'}; inspect a gap with: benchfill trace {out} "
               f"--gap 1, or open the report (benchfill view {out})", markup=False, highlight=False, soft_wrap=True)
 
@@ -392,6 +399,37 @@ def review(
     queue = review_queue(bank)
     out.print(review_table(queue))
     write_json_result(json_out, {"rule": REVIEW_RULE, "queue": queue}, note=out)
+
+
+@app.command()
+@friendly_errors
+def view(
+    run_dir: Path = typer.Argument(..., help="a fill run folder"),
+    port: int = typer.Option(0, help="port on 127.0.0.1 (0: a free one)"),
+    serve: bool = typer.Option(True, "--serve/--no-serve", help="serve the page (votes reach the memory bank); --no-serve only writes report.html"),
+) -> None:
+    """The run in the browser: writes RUN/report.html (self-contained, offline) and serves it on 127.0.0.1 with
+    review voting (approve / reject per reviewer, stored in the memory bank) until Ctrl-C."""
+    from benchfill.viewer import write_report
+    from benchfill.viewer.server import ViewServer
+
+    bank = _open_bank(run_dir)
+    path = write_report(run_dir, bank=bank)
+    bank.close()
+    console.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
+    if not serve:
+        return
+    try:
+        server = ViewServer(run_dir, port=port)
+    except OSError as exc:
+        raise InputError(f"--port {port}", f"cannot listen on 127.0.0.1 ({exc.strerror or exc})") from None
+    console.print(f"serving {run_dir} at {server.url} (Ctrl-C to stop)", markup=False, highlight=False, soft_wrap=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        console.print("stopped", markup=False, highlight=False)
+    finally:
+        server.close()
 
 
 @app.command()

@@ -17,6 +17,7 @@ import functools
 import logging
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
@@ -135,6 +136,44 @@ def install_sigint_handler() -> None:
         signal.signal(signal.SIGINT, _on_sigint)
     except ValueError:  # pragma: no cover - not the main thread (an embedding application)
         pass
+
+
+def quiet_worker_start() -> None:
+    """Start multiprocessing's helper processes (the fork server the IRT chains use when threads are running, and
+    the resource tracker) with SIGINT ignored: a disposition that survives their exec, so Ctrl-C reaches only this
+    process (which stops the workers) and no helper or worker prints a KeyboardInterrupt traceback."""
+    import multiprocessing as mp
+
+    if "forkserver" not in mp.get_all_start_methods():
+        return
+    from multiprocessing import forkserver, resource_tracker
+
+    try:
+        mp.get_context("forkserver").set_forkserver_preload(["benchfill.irt.fast"])
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # pragma: no cover - not the main thread
+        return
+    # their standard error goes to /dev/null too (BENCHFILL_WORKER_STDERR=1 keeps it): a worker being started the
+    # instant Ctrl-C stops the pool fails to attach to its already-removed semaphore and would print that; a
+    # worker's real errors reach this process through the pool, not through its stderr
+    quiet = os.environ.get("BENCHFILL_WORKER_STDERR", "") != "1"
+    saved = None
+    try:
+        if quiet:
+            sys.stderr.flush()
+            saved = os.dup(2)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            os.close(devnull)
+        resource_tracker.ensure_running()
+        forkserver.ensure_running()
+    except Exception:  # pragma: no cover - the chains start it themselves then
+        pass
+    finally:
+        if saved is not None:
+            os.dup2(saved, 2)
+            os.close(saved)
+        signal.signal(signal.SIGINT, old)
 
 
 def friendly_errors(fn: F | None = None, *, resume_hint: str | None = None):

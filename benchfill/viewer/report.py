@@ -1,0 +1,265 @@
+"""``report.html``: one self-contained page per fill run (works offline: no CDN, no external file).
+
+What it shows: the diagnosis picture (every item's d on the axis, the gaps shaded) before and after the chosen items
+were added; for each gap its search as a tree (rounds, parents, children with their full text, the judge's verdict
+and reason, panel counts per model, the placement with its 90 % interval against the target and the tolerance, cost),
+the chosen child highlighted; the review queue with full question, reference answer and panel counts. Served by
+``benchfill view`` it also takes approve / reject votes, which go to the memory bank.
+
+Every text written by a model or a user is inserted with ``textContent`` (never as HTML), and LaTeX is shown as its
+source, escaped (no math renderer is bundled): ``\\[\\sin x\\]`` reads as written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from benchfill.graphs.trace import gap_trace, review_item, review_queue
+from benchfill.memory.bank import REVIEW_RULE, MemoryBank
+
+REPORT = "report.html"
+
+
+def _json_for_script(obj: Any) -> str:
+    """JSON safe inside <script>: '<', '>' and '&' as \\u escapes (still valid JSON)."""
+    text = json.dumps(obj, ensure_ascii=False, default=str)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def report_data(run_dir: str | Path, bank: MemoryBank | None = None) -> dict[str, Any]:
+    """Everything the page shows, as plain data (also what the page's script reads)."""
+    run_dir = Path(run_dir)
+    own = bank is None
+    bank = bank or MemoryBank(run_dir / "memory.sqlite")
+    try:
+        diag: dict[str, Any] | None = None
+        path = run_dir / "diagnosis.json"
+        if path.exists():
+            raw = json.loads(path.read_text())
+            diag = {"source": raw.get("source"), "n_items": raw.get("n_items"), "n_models": raw.get("n_models"),
+                    "ddm": raw.get("ddm"), "max_gap": raw.get("max_gap"), "top5_sum": raw.get("top5_sum"),
+                    "d": [it["d"] for it in raw.get("items", [])],
+                    "gaps": [{k: g.get(k) for k in ("lo", "hi", "mid", "width")} for g in raw.get("gaps", [])[:10]]}
+        summary = None
+        if (run_dir / "summary.json").exists():
+            summary = json.loads((run_dir / "summary.json").read_text())
+        methods: dict[str, list[dict[str, Any]]] = {}
+        for method in ("benchfill", "baseline"):
+            traces = [gap_trace(bank, method, g["gap"]) for g in bank.gaps(method)]
+            if traces:
+                methods[method] = traces
+        queue = [review_item(bank, q["candidate"]) for q in review_queue(bank)]
+        return {"run": str(run_dir), "simulated": bool(bank.meta("simulated")),
+                "tolerance": (bank.meta("params") or {}).get("tolerance"), "rule": REVIEW_RULE,
+                "diagnosis": diag, "summary": summary, "methods": methods, "queue": queue}
+    finally:
+        if own:
+            bank.close()
+
+
+def build_report(run_dir: str | Path, *, served: bool = False, token: str = "", bank: MemoryBank | None = None) -> str:
+    """The page as one HTML string (data, style and script inline)."""
+    data = report_data(run_dir, bank)
+    data["served"] = served
+    data["token"] = token
+    title = f"benchfill run {Path(run_dir).name}"
+    from html import escape
+
+    return (_PAGE.replace("__TITLE__", escape(title))
+            .replace("__STYLE__", _STYLE)
+            .replace("__DATA__", _json_for_script(data))
+            .replace("__SCRIPT__", _SCRIPT))
+
+
+def write_report(run_dir: str | Path, bank: MemoryBank | None = None) -> Path:
+    """Write ``report.html`` into the run folder (static: review votes need ``benchfill view``)."""
+    from benchfill.io import atomic_write_text
+
+    out = Path(run_dir) / REPORT
+    atomic_write_text(out, build_report(run_dir, bank=bank))
+    return out
+
+
+_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>__TITLE__</title><style>__STYLE__</style></head>
+<body>
+<header><h1 id="title"></h1><p id="sub"></p></header>
+<nav id="nav"></nav>
+<section id="diagnosis"><h2>Diagnosis: the axis before and after</h2><div id="axis"></div><div id="gaptable"></div></section>
+<section id="searches"><h2>Searches, gap by gap</h2><div id="gaps"></div></section>
+<section id="review"><h2>Review queue</h2><p id="rule"></p><div id="queue"></div></section>
+<footer>Self-contained report written by benchfill (no network). LaTeX is shown as its source text.</footer>
+<script type="application/json" id="data">__DATA__</script>
+<script>__SCRIPT__</script>
+</body></html>
+"""
+
+_STYLE = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1200px;padding:0 16px;color:#1d1d1f}
+h1{font-size:22px;margin:16px 0 4px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:28px}
+h3{font-size:16px;margin:18px 0 6px}.sim{background:#fff3c4;color:#7a5b00;padding:1px 6px;border-radius:4px;font-weight:600}
+nav a{margin-right:12px}table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #ddd;padding:2px 8px;text-align:right}
+th{background:#f5f5f7}td.l,th.l{text-align:left}.card{border:1px solid #d8d8de;border-radius:6px;padding:8px 10px;margin:6px 0 6px 18px;background:#fff}
+.chosen{border:2px solid #1a7f37;background:#eefbf1}.badge{display:inline-block;padding:0 6px;border-radius:4px;font-size:12px;font-weight:600;margin-left:6px}
+.b-chosen{background:#1a7f37;color:#fff}.b-invalid{background:#cf222e;color:#fff}.b-placed{background:#ddd}.b-pending{background:#ddd}
+.b-accepted{background:#1a7f37;color:#fff}.b-blocked{background:#bf8700;color:#fff}.b-rejected{background:#cf222e;color:#fff}
+pre.text{white-space:pre-wrap;word-break:break-word;background:#f6f8fa;padding:6px 8px;border-radius:4px;margin:4px 0;font:13px/1.4 ui-monospace,Menlo,Consolas,monospace}
+.muted{color:#666}details>summary{cursor:pointer;font-weight:600;margin:4px 0}.parent{margin-left:12px}
+.counts td{font-size:12px}svg text{font:11px system-ui,sans-serif}.votes{margin-top:6px}
+.voteform input{margin-right:6px}.voteform button{margin-right:6px}
+footer{margin:30px 0;color:#888;font-size:12px}
+"""
+
+_SCRIPT = r"""
+const D = JSON.parse(document.getElementById('data').textContent);
+const NS = 'http://www.w3.org/2000/svg';
+function el(tag, attrs, ...kids){const e=document.createElement(tag);for(const [k,v] of Object.entries(attrs||{})){if(k==='class')e.className=v;else e.setAttribute(k,v);}for(const k of kids){if(k==null)continue;e.append(k instanceof Node?k:document.createTextNode(String(k)));}return e;}
+function sv(tag, attrs, text){const e=document.createElementNS(NS,tag);for(const [k,v] of Object.entries(attrs||{}))e.setAttribute(k,v);if(text!=null)e.textContent=String(text);return e;}
+function f(x,n=3){return (x==null||isNaN(x))?'-':Number(x).toFixed(n);}
+const Z90=1.6448536269514722;
+
+document.getElementById('title').textContent = 'benchfill run ' + D.run;
+const sub = document.getElementById('sub');
+if (D.simulated) sub.append(el('span',{class:'sim'},'SIMULATED: every model in this run is the offline simulated world'), ' ');
+if (D.diagnosis) sub.append(`${D.diagnosis.n_models} models x ${D.diagnosis.n_items} items from ${D.diagnosis.source}; plug-in DDM ${f(D.diagnosis.ddm)}, max gap ${f(D.diagnosis.max_gap)}, Top-5 ${f(D.diagnosis.top5_sum)}`);
+if (D.summary) sub.append(el('br'), `Top-3 gap sum before ${f(D.summary.top3_before)}; reduction: ` + Object.entries(D.summary.methods||{}).map(([m,v])=>`${m} ${f(100*v.top3_reduction,1)} %`).join(', ') + (D.summary.oracle?`, oracle ${f(100*D.summary.oracle.top3_reduction,1)} %`:''));
+const nav=document.getElementById('nav');
+for (const [m, traces] of Object.entries(D.methods)) for (const t of traces) nav.append(el('a',{href:`#gap-${m}-${t.gap}`},`${m} gap ${t.gap}`));
+nav.append(el('a',{href:'#review'},'review queue'));
+
+// ---- the axis: before / after ----------------------------------------------------------------------------
+function axis(label, ds, gaps, added){
+  const W=1100,H=86,L=70,R=20,X=x=>L+(W-L-R)*Math.max(0,Math.min(1,x));
+  const s=sv('svg',{width:W,height:H,viewBox:`0 0 ${W} ${H}`,class:'axis','data-label':label});
+  s.append(sv('text',{x:4,y:44},label));
+  gaps.forEach((g,k)=>{s.append(sv('rect',{x:X(g.lo),y:14,width:Math.max(1,X(g.hi)-X(g.lo)),height:44,fill:'#ffd8d8',class:'gap'}));s.append(sv("text",{x:X(g.lo)+2+40*k,y:11},`gap ${k+1}`));});
+  s.append(sv('line',{x1:X(0),x2:X(1),y1:58,y2:58,stroke:'#333'}));
+  for(const t of [0,0.25,0.5,0.75,1]){s.append(sv('line',{x1:X(t),x2:X(t),y1:58,y2:63,stroke:'#333'}));s.append(sv('text',{x:X(t)-8,y:76},t));}
+  for(const d of ds) s.append(sv('line',{x1:X(d),x2:X(d),y1:28,y2:56,stroke:'#555','stroke-opacity':0.45}));
+  for(const a of added||[]){const g=sv('g',{class:'added','data-candidate':a.id});g.append(sv('path',{d:`M ${X(a.d)} 18 l 6 10 l -6 10 l -6 -10 z`,fill:'#1a7f37'}));g.append(sv('title',{},`${a.id}: d = ${f(a.d)} (gap ${a.gap})`));s.append(g);}
+  return s;
+}
+(function(){
+  const box=document.getElementById('axis');
+  if(!D.diagnosis){box.append(el('p',{class:'muted'},'no diagnosis.json in this run folder'));return;}
+  const bf=(D.methods.benchfill||[]).filter(t=>t.chosen!=null).map(t=>({id:t.chosen,d:t.chosen_d,gap:t.gap}));
+  const gaps=(D.methods.benchfill||[]).map(t=>({lo:t.lo,hi:t.hi}));
+  box.append(axis('before',D.diagnosis.d,gaps,[]));
+  box.append(axis('after',D.diagnosis.d.concat(bf.map(a=>a.d)),[],bf));
+  const t=el('table',{id:'gap-summary'});
+  t.append(el('tr',{},...['method','gap','interval','target','chosen','d ± SD','|d - t|','rounds','candidates','cost $','status'].map(h=>el('th',{},h))));
+  for(const [m,traces] of Object.entries(D.methods)) for(const g of traces){
+    t.append(el('tr',{},el('td',{class:'l'},m),el('td',{},g.gap),el('td',{},`[${f(g.lo)}, ${f(g.hi)}]`),el('td',{},f(g.target)),
+      el('td',{class:'l'},g.chosen==null?'-':el('a',{href:`#cand-${m}-${g.chosen}`},g.chosen)),el('td',{},g.chosen==null?'-':`${f(g.chosen_d)} ± ${f(g.chosen_d_sd)}`),
+      el('td',{},f(g.deviation)),el('td',{},g.rounds_used),el('td',{},g.rounds.reduce((a,r)=>a+r.children.length,0)),el('td',{},f(g.usage.cost,4)),el('td',{class:'l'},g.status)));
+  }
+  document.getElementById('gaptable').append(t);
+})();
+
+// ---- a child's placement against the target ------------------------------------------------------------
+function placement(c, g){
+  const W=420,H=34,lo=Math.min(g.lo, c.d==null?g.lo:c.d-Z90*(c.d_sd||0))-0.02, hi=Math.max(g.hi, c.d==null?g.hi:c.d+Z90*(c.d_sd||0))+0.02;
+  const X=x=>10+(W-20)*(x-lo)/(hi-lo);
+  const s=sv('svg',{width:W,height:H,class:'placement'});
+  s.append(sv('rect',{x:X(g.lo),y:4,width:X(g.hi)-X(g.lo),height:22,fill:'#ffe9e9'}));
+  const tol=D.tolerance||0;
+  s.append(sv('rect',{x:X(g.target-tol),y:2,width:Math.max(1,X(g.target+tol)-X(g.target-tol)),height:26,fill:'#b6e3c2'}));
+  s.append(sv('line',{x1:X(g.target),x2:X(g.target),y1:0,y2:30,stroke:'#1a7f37','stroke-width':2}));
+  if(c.d!=null){const a=c.d-Z90*(c.d_sd||0),b=c.d+Z90*(c.d_sd||0);
+    s.append(sv('line',{x1:X(a),x2:X(b),y1:15,y2:15,stroke:'#0550ae','stroke-width':3}));
+    s.append(sv('circle',{cx:X(c.d),cy:15,r:4,fill:'#0550ae'}));}
+  s.append(sv('title',{},`gap [${f(g.lo)}, ${f(g.hi)}] (pink), target ${f(g.target)} ± tolerance ${f(tol)} (green), d with its 90 % interval (blue)`));
+  return s;
+}
+function countsTable(counts){
+  const t=el('table',{class:'counts'});t.append(el('tr',{},el('th',{class:'l'},'panel model'),el('th',{},'correct'),el('th',{},'trials'),el('th',{},'accuracy')));
+  for(const [m,[k,n]] of Object.entries(counts||{}).sort()) t.append(el('tr',{},el('td',{class:'l'},m),el('td',{},k),el('td',{},n),el('td',{},n?f(k/n,2):'-')));
+  return t;
+}
+function childCard(m, g, c){
+  const chosen=c.id===g.chosen;
+  const card=el('div',{class:'card child'+(chosen?' chosen':''),id:`cand-${m}-${c.id}`,'data-candidate':c.id,'data-chosen':chosen?'true':'false'});
+  const head=el('div',{},el('b',{},c.id),el('span',{class:'badge b-'+(c.valid?'placed':'invalid')},c.status));
+  if(chosen) head.append(el('span',{class:'badge b-chosen'},'chosen'));
+  if(c.d!=null) head.append(`  d = ${f(c.d)} ± ${f(c.d_sd)}, 90 % [${f(c.d-Z90*c.d_sd)}, ${f(c.d+Z90*c.d_sd)}], |d - t| = ${f(c.deviation)}`);
+  card.append(head);
+  card.append(el('div',{class:'muted'},'question'),el('pre',{class:'text question'},c.question||''));
+  card.append(el('div',{class:'muted'},'reference answer'),el('pre',{class:'text answer'},c.answer||''));
+  const v=c.verdict||{};
+  card.append(el('div',{class:'verdict'},el('b',{},'judge '),`${c.judge||'-'}: ${c.valid?'valid':'invalid'}${v.reason?' — '+v.reason:''}`));
+  if(c.error) card.append(el('div',{class:'error'},el('b',{},'error: '),c.error));
+  if(c.labelling) card.append(el('div',{class:'muted'},`adaptive labelling: ${c.labelling} ${c.label_note||''}`));
+  if(c.d!=null) card.append(placement(c,g));
+  if(c.counts) card.append(el('details',{},el('summary',{},`panel counts (${Object.values(c.counts).reduce((a,x)=>a+x[0],0)}/${Object.values(c.counts).reduce((a,x)=>a+x[1],0)})`),countsTable(c.counts)));
+  card.append(el('div',{class:'muted'},`rewriter ${c.rewriter||'-'}; parent ${c.parent}`));
+  return card;
+}
+(function(){
+  const box=document.getElementById('gaps');
+  for(const [m,traces] of Object.entries(D.methods)) for(const g of traces){
+    const sec=el('section',{class:'gap',id:`gap-${m}-${g.gap}`,'data-method':m,'data-gap':g.gap});
+    sec.append(el('h3',{},`${m} gap ${g.gap}: [${f(g.lo)}, ${f(g.hi)}], target ${f(g.target)}, ${g.status}`));
+    sec.append(el('p',{},g.chosen==null?'no child chosen':`chosen ${g.chosen}: d = ${f(g.chosen_d)} ± ${f(g.chosen_d_sd)}, |d - t| = ${f(g.deviation)}; `,
+      `${g.rounds_used} round(s); calls ${g.usage.calls}, tokens ${g.usage.tokens}, cost $${f(g.usage.cost,4)}`, g.note?` — ${g.note}`:''));
+    for(const r of g.rounds){
+      const det=el('details',{class:'round',open:''},el('summary',{},`round ${r.round} (calls ${r.usage.calls}, cost $${f(r.usage.cost,4)})`));
+      for(const p of r.parents){
+        const pd=el('div',{class:'parent'},el('div',{},el('b',{},'parent '),`${p.id} (${p.kind}, d = ${f(p.d)})`));
+        for(const c of r.children.filter(c=>c.parent===p.id)) pd.append(childCard(m,g,c));
+        det.append(pd);
+      }
+      sec.append(det);
+    }
+    box.append(m==='benchfill'?sec:el('details',{},el('summary',{},`baseline gap ${g.gap}`),sec));
+  }
+})();
+
+// ---- review queue -------------------------------------------------------------------------------------------
+document.getElementById('rule').textContent='Rule: '+D.rule+'.'+(D.served?' Votes are stored in the run\'s memory bank.':' This is the static report: run `benchfill view '+D.run+'` to vote from the browser, or `benchfill review '+D.run+' --approve ID --reviewer NAME`.');
+function queueCard(q){
+  const card=el('div',{class:'card queued','data-candidate':q.candidate,id:`review-${q.candidate}`});
+  const st=el('span',{class:'badge b-'+q.status,'data-role':'status'},q.status);
+  card.append(el('div',{},el('b',{},q.candidate),` gap ${q.gap}`,st,el('span',{'data-role':'tally'},` ${q.approvals} approval(s), ${q.rejections} rejection(s)`)));
+  card.append(el('div',{class:'muted'},'question'),el('pre',{class:'text question'},q.question||''));
+  card.append(el('div',{class:'muted'},'reference answer'),el('pre',{class:'text answer'},q.answer||''));
+  const v=q.verdict||{};
+  card.append(el('div',{},el('b',{},'judge '),`${q.judge||'-'}: ${q.valid?'valid':'invalid'}${v.reason?' — '+v.reason:''}`));
+  const p=q.placement;
+  card.append(el('div',{},el('b',{},'placement '),`d = ${f(p.d)} ± ${f(p.d_sd)}, 90 % interval [${f(p.d_lo)}, ${f(p.d_hi)}]; target ${f(p.target)} ± ${f(p.tolerance)} in gap [${f(p.lo)}, ${f(p.hi)}]; |d - t| = ${f(p.deviation)}`));
+  card.append(placement({d:p.d,d_sd:p.d_sd},{lo:p.lo,hi:p.hi,target:p.target}));
+  card.append(countsTable(q.counts));
+  const votes=el('div',{class:'votes','data-role':'votes'});
+  for(const r of q.reviews||[]) votes.append(el('div',{},`${r.reviewer}: ${r.decision}${r.note?' — '+r.note:''}`));
+  card.append(votes);
+  if(D.served){
+    const who=el('input',{placeholder:'your name',name:'reviewer','data-role':'reviewer'}), note=el('input',{placeholder:'note (optional)',name:'note','data-role':'note'});
+    const msg=el('span',{class:'muted','data-role':'msg'});
+    const vote=async(decision)=>{
+      msg.textContent='';
+      try{
+        const res=await fetch('/api/review',{method:'POST',headers:{'Content-Type':'application/json','X-Benchfill-Token':D.token},
+          body:JSON.stringify({candidate:q.candidate,reviewer:who.value,decision,note:note.value})});
+        const out=await res.json();
+        if(!res.ok){msg.textContent=out.error||('error '+res.status);return;}
+        st.textContent=out.status;st.className='badge b-'+out.status;
+        card.querySelector('[data-role=tally]').textContent=` ${out.approvals} approval(s), ${out.rejections} rejection(s)`;
+        votes.replaceChildren(...out.reviews.map(r=>el('div',{},`${r.reviewer}: ${r.decision}${r.note?' — '+r.note:''}`)));
+        msg.textContent='stored';
+      }catch(e){msg.textContent='could not reach benchfill view: '+e;}
+    };
+    const a=el('button',{type:'button','data-role':'approve'},'approve'), r=el('button',{type:'button','data-role':'reject'},'reject');
+    a.addEventListener('click',()=>vote('approve'));r.addEventListener('click',()=>vote('reject'));
+    card.append(el('div',{class:'voteform'},who,note,a,r,msg));
+  }
+  return card;
+}
+(function(){
+  const box=document.getElementById('queue');
+  if(!D.queue.length) box.append(el('p',{class:'muted'},'nothing to review yet (no gap filled)'));
+  for(const q of D.queue) box.append(queueCard(q));
+  document.body.setAttribute('data-ready','true');
+})();
+"""

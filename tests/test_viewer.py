@@ -1,0 +1,221 @@
+"""The run viewer: report.html is self-contained (no network), carries a known run's gaps, searches and chosen items,
+prints model-written text literally, and `benchfill view` stores review votes in the memory bank.
+
+The browser tests run Debian's chromium headless (`apt-get install chromium`) and are skipped, with the reason,
+where it is absent; the HTML and the server are also checked without a browser."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from benchfill.memory.bank import MemoryBank
+from benchfill.viewer import build_report, report_data
+from benchfill.viewer.server import ViewServer
+
+REPO = Path(__file__).resolve().parents[1]
+NASTY = "</script><script>alert(1)</script> [/INST] <b>not bold</b> \\[\\sin x\\]"
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("chromium not installed (Debian: apt-get install -y chromium): browser test skipped")
+
+
+@pytest.fixture(scope="module")
+def known_run(tmp_path_factory):
+    """A finished simulated fill (3 gaps, with the baseline) whose first chosen item's text holds HTML and markup."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_fill import fill, make_benchmark, write_config
+
+    folder = tmp_path_factory.mktemp("viewer")
+    items, resp = make_benchmark(folder)
+    res = fill(items, resp, write_config(folder), folder / "out", "--compare")
+    assert res.exit_code == 0, res.output
+    out = folder / "out"
+    assert (out / "report.html").stat().st_size > 10_000  # fill writes the report
+    bank = MemoryBank(out / "memory.sqlite")
+    first = bank.gap("benchfill", 1)["chosen"]
+    c = bank.candidate(first)
+    bank.update_candidate(first, question=f"{c['question']} {NASTY}")
+    bank.close()
+    from typer.testing import CliRunner
+
+    from benchfill.cli import app
+
+    res = CliRunner().invoke(app, ["view", str(out), "--no-serve"])  # rewrites report.html
+    assert res.exit_code == 0 and "report.html" in res.output, res.output
+    return out
+
+
+class _Collect(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.scripts: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        self._in_script = tag == "script"
+        if self._in_script:
+            self.scripts.append("")
+
+    def handle_endtag(self, tag):
+        self._in_script = False if tag == "script" else self._in_script
+
+    def handle_data(self, data):
+        if self._in_script:
+            self.scripts[-1] += data
+
+
+def test_fill_writes_a_self_contained_report(known_run):
+    html = (known_run / "report.html").read_text()
+    p = _Collect()
+    p.feed(html)
+    assert len(p.scripts) == 2  # the data and the code: the model's "</script>" did not open a third
+    for tag, attrs in p.tags:
+        assert "src" not in attrs, (tag, attrs)  # nothing loaded from anywhere
+        assert not (tag == "link"), attrs
+    assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", html)  # no CDN, no network
+    data = json.loads(p.scripts[0])
+    bank = MemoryBank(known_run / "memory.sqlite")
+    chosen = [g["chosen"] for g in bank.gaps("benchfill")]
+    assert [t["chosen"] for t in data["methods"]["benchfill"]] == chosen
+    assert [q["candidate"] for q in data["queue"]] == chosen
+    assert NASTY in data["queue"][0]["question"]  # the text survives whole
+    assert len(data["diagnosis"]["d"]) == 40 and data["tolerance"] == 0.01
+    assert set(data["methods"]) == {"benchfill", "baseline"}
+
+
+def test_report_data_matches_the_trace(known_run):
+    from benchfill.graphs.trace import gap_trace
+
+    data = report_data(known_run)
+    bank = MemoryBank(known_run / "memory.sqlite")
+    assert data["methods"]["benchfill"][1] == json.loads(json.dumps(gap_trace(bank, "benchfill", 2), default=str))
+
+
+def test_server_stores_votes_only_with_the_token(known_run):
+    server = ViewServer(known_run).serve_in_thread()
+    try:
+        page = urllib.request.urlopen(server.url, timeout=10).read().decode()
+        assert server.token in page and '"served": true' in page
+        bank = MemoryBank(known_run / "memory.sqlite")
+        cid = bank.gap("benchfill", 2)["chosen"]
+
+        def post(body, token):
+            req = urllib.request.Request(server.url + "api/review", data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json", "X-Benchfill-Token": token})
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    return r.status, json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                return e.code, json.loads(e.read())
+
+        assert post({"candidate": cid, "reviewer": "x", "decision": "approve"}, "wrong")[0] == 403
+        assert post({"candidate": "nope", "reviewer": "x", "decision": "approve"}, server.token)[0] == 400
+        assert post({"candidate": cid, "reviewer": "", "decision": "approve"}, server.token)[0] == 400
+        code, out = post({"candidate": cid, "reviewer": "ann", "decision": "reject", "note": "n"}, server.token)
+        assert code == 200 and out["status"] == "blocked"
+        assert MemoryBank(known_run / "memory.sqlite").reviews(cid)[0]["reviewer"] == "ann"
+    finally:
+        server.close()
+
+
+def _dump_dom(url: str, tmp: Path) -> str:
+    proc = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           f"--user-data-dir={tmp / 'profile'}", "--virtual-time-budget=5000", "--dump-dom", url],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_chromium_shows_the_gaps_and_the_chosen_items(known_run, tmp_path):
+    dom = _dump_dom((known_run / "report.html").as_uri(), tmp_path)
+    assert 'data-ready="true"' in dom
+    bank = MemoryBank(known_run / "memory.sqlite")
+    for g in bank.gaps("benchfill"):
+        assert f'id="gap-benchfill-{g["gap"]}"' in dom
+        assert re.search(rf'id="cand-benchfill-{re.escape(g["chosen"])}"[^>]*data-chosen="true"', dom), g["chosen"]
+        assert f'data-candidate="{g["chosen"]}"' in dom  # on the after-axis and in the queue
+    assert dom.count('class="card child chosen"') == len(bank.gaps("benchfill")) + len(bank.gaps("baseline"))
+    # the model's HTML is text, not markup: escaped in the DOM, no injected element
+    assert "&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt; [/INST] &lt;b&gt;not bold&lt;/b&gt;" in dom
+    assert "<b>not bold</b>" not in dom
+    assert 'data-label="before"' in dom and 'data-label="after"' in dom
+
+
+def test_chromium_review_vote_is_stored(known_run, tmp_path):
+    websockets = pytest.importorskip("websockets.sync.client", reason="websockets not installed: CDP test skipped")
+    exe = chromium()
+    bank = MemoryBank(known_run / "memory.sqlite")
+    cid = bank.gap("benchfill", 3)["chosen"]
+    server = ViewServer(known_run).serve_in_thread()
+    proc = subprocess.Popen([exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                             f"--user-data-dir={tmp_path / 'profile'}", "--remote-debugging-port=0", "about:blank"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        ws_url = None
+        deadline = time.time() + 60
+        while ws_url is None and time.time() < deadline:
+            line = proc.stderr.readline()
+            m = re.search(r"DevTools listening on (ws://\S+)", line)
+            ws_url = m.group(1) if m else None
+        assert ws_url, "chromium printed no DevTools address"
+        port = re.search(r":(\d+)/", ws_url).group(1)
+        targets = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10).read())
+        page = next(t for t in targets if t.get("type") == "page")
+        with websockets.connect(page["webSocketDebuggerUrl"], max_size=None) as ws:
+            counter = iter(range(1, 10_000))
+
+            def call(method, **params):
+                mid = next(counter)
+                ws.send(json.dumps({"id": mid, "method": method, "params": params}))
+                while True:
+                    msg = json.loads(ws.recv(timeout=30))
+                    if msg.get("id") == mid:
+                        return msg.get("result", {})
+
+            def js(expr):
+                return call("Runtime.evaluate", expression=expr, awaitPromise=True, returnByValue=True)["result"].get("value")
+
+            call("Page.navigate", url=server.url)
+            for _ in range(100):
+                if js("document.body && document.body.dataset.ready") == "true":
+                    break
+                time.sleep(0.1)
+            card = f"document.querySelector('.queued[data-candidate=\"{cid}\"]')"
+            assert js(f"{card}.querySelector('[data-role=status]').textContent") == "pending"
+            js(f"{card}.querySelector('[data-role=reviewer]').value = 'chromium'; "
+               f"{card}.querySelector('[data-role=note]').value = 'looks right'; "
+               f"{card}.querySelector('[data-role=approve]').click(); true")
+            for _ in range(100):
+                if js(f"{card}.querySelector('[data-role=msg]').textContent") == "stored":
+                    break
+                time.sleep(0.1)
+            assert js(f"{card}.querySelector('[data-role=msg]').textContent") == "stored"
+            assert "chromium: approve" in js(f"{card}.querySelector('[data-role=votes]').textContent")
+        votes = MemoryBank(known_run / "memory.sqlite").reviews(cid)
+        assert [(v["reviewer"], v["decision"], v["note"]) for v in votes] == [("chromium", "approve", "looks right")]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        server.close()
