@@ -134,6 +134,7 @@ def test_trace_and_review_print_markup_literally(nasty_run):
         res = run("trace", out, "--gap", gap, "--full")
         assert res.exit_code == 0, res.output
         assert "[/INST] [/note] [bold]x[/bold]" in res.output
+        assert "\\[\\sin x\\]" in res.output  # LaTeX as written (markup used to eat the backslash-bracket)
     res = run("review", out)
     assert res.exit_code == 0, res.output
     assert "[/INST]" in res.output

@@ -157,6 +157,7 @@ def test_chromium_shows_the_gaps_and_the_chosen_items(known_run, tmp_path):
     # the model's HTML is text, not markup: escaped in the DOM, no injected element
     assert "&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt; [/INST] &lt;b&gt;not bold&lt;/b&gt;" in dom
     assert "<b>not bold</b>" not in dom
+    assert '<span class="tex" title="LaTeX source (not rendered)">\\[\\sin x\\]</span>' in dom  # shown as source
     assert 'data-label="before"' in dom and 'data-label="after"' in dom
 
 

@@ -107,7 +107,7 @@ th{background:#f5f5f7}td.l,th.l{text-align:left}.card{border:1px solid #d8d8de;b
 .b-chosen{background:#1a7f37;color:#fff}.b-invalid{background:#cf222e;color:#fff}.b-placed{background:#ddd}.b-pending{background:#ddd}
 .b-accepted{background:#1a7f37;color:#fff}.b-blocked{background:#bf8700;color:#fff}.b-rejected{background:#cf222e;color:#fff}
 pre.text{white-space:pre-wrap;word-break:break-word;background:#f6f8fa;padding:6px 8px;border-radius:4px;margin:4px 0;font:13px/1.4 ui-monospace,Menlo,Consolas,monospace}
-.muted{color:#666}details>summary{cursor:pointer;font-weight:600;margin:4px 0}.parent{margin-left:12px}
+.muted{color:#666}.tex{background:#eef3ff;color:#0b3d91;border-radius:3px}details>summary{cursor:pointer;font-weight:600;margin:4px 0}.parent{margin-left:12px}
 .counts td{font-size:12px}svg text{font:11px system-ui,sans-serif}.votes{margin-top:6px}
 .voteform input{margin-right:6px}.voteform button{margin-right:6px}
 footer{margin:30px 0;color:#888;font-size:12px}
@@ -120,6 +120,12 @@ function el(tag, attrs, ...kids){const e=document.createElement(tag);for(const [
 function sv(tag, attrs, text){const e=document.createElementNS(NS,tag);for(const [k,v] of Object.entries(attrs||{}))e.setAttribute(k,v);if(text!=null)e.textContent=String(text);return e;}
 function f(x,n=3){return (x==null||isNaN(x))?'-':Number(x).toFixed(n);}
 const Z90=1.6448536269514722;
+// LaTeX is not rendered (no math renderer is bundled): its source is shown as text, math segments marked
+const TEX=/(\$\$[\s\S]+?\$\$|\$[^$\n]+?\$|\\\[[\s\S]+?\\\]|\\\([\s\S]+?\\\))/g;
+function tex(s){const fr=document.createDocumentFragment();let last=0;s=String(s||'');
+  for(const m of s.matchAll(TEX)){if(m.index>last)fr.append(document.createTextNode(s.slice(last,m.index)));
+    const sp=document.createElement('span');sp.className='tex';sp.title='LaTeX source (not rendered)';sp.textContent=m[0];fr.append(sp);last=m.index+m[0].length;}
+  if(last<s.length)fr.append(document.createTextNode(s.slice(last)));return fr;}
 
 document.getElementById('title').textContent = 'benchfill run ' + D.run;
 const sub = document.getElementById('sub');
@@ -186,8 +192,8 @@ function childCard(m, g, c){
   if(chosen) head.append(el('span',{class:'badge b-chosen'},'chosen'));
   if(c.d!=null) head.append(`  d = ${f(c.d)} ± ${f(c.d_sd)}, 90 % [${f(c.d-Z90*c.d_sd)}, ${f(c.d+Z90*c.d_sd)}], |d - t| = ${f(c.deviation)}`);
   card.append(head);
-  card.append(el('div',{class:'muted'},'question'),el('pre',{class:'text question'},c.question||''));
-  card.append(el('div',{class:'muted'},'reference answer'),el('pre',{class:'text answer'},c.answer||''));
+  card.append(el('div',{class:'muted'},'question'),el('pre',{class:'text question'},tex(c.question)));
+  card.append(el('div',{class:'muted'},'reference answer'),el('pre',{class:'text answer'},tex(c.answer)));
   const v=c.verdict||{};
   card.append(el('div',{class:'verdict'},el('b',{},'judge '),`${c.judge||'-'}: ${c.valid?'valid':'invalid'}${v.reason?' — '+v.reason:''}`));
   if(c.error) card.append(el('div',{class:'error'},el('b',{},'error: '),c.error));
@@ -223,8 +229,8 @@ function queueCard(q){
   const card=el('div',{class:'card queued','data-candidate':q.candidate,id:`review-${q.candidate}`});
   const st=el('span',{class:'badge b-'+q.status,'data-role':'status'},q.status);
   card.append(el('div',{},el('b',{},q.candidate),` gap ${q.gap}`,st,el('span',{'data-role':'tally'},` ${q.approvals} approval(s), ${q.rejections} rejection(s)`)));
-  card.append(el('div',{class:'muted'},'question'),el('pre',{class:'text question'},q.question||''));
-  card.append(el('div',{class:'muted'},'reference answer'),el('pre',{class:'text answer'},q.answer||''));
+  card.append(el('div',{class:'muted'},'question'),el('pre',{class:'text question'},tex(q.question)));
+  card.append(el('div',{class:'muted'},'reference answer'),el('pre',{class:'text answer'},tex(q.answer)));
   const v=q.verdict||{};
   card.append(el('div',{},el('b',{},'judge '),`${q.judge||'-'}: ${q.valid?'valid':'invalid'}${v.reason?' — '+v.reason:''}`));
   const p=q.placement;
