@@ -203,7 +203,10 @@ def suite(
     ]
     result = {"source": str(responses), "n_models": resp.shape[0], "benchmarks": summary}
     atomic_write_json(out / "summary.json", result)
-    con.print(suite_table(rows, f"{responses.name}: {resp.shape[0]} models, {len(rows)} benchmarks"))
+    from rich.markup import escape
+
+    con.print(suite_table([(escape(str(n)), d) for n, d in rows],
+                          escape(f"{responses.name}: {resp.shape[0]} models, {len(rows)} benchmarks")))
     write_json_result(json_out, result, note=con)
     con.print(f"wrote {out / 'summary.json'} and one folder per benchmark", markup=False, highlight=False)
 
@@ -439,6 +442,7 @@ def export(
     out: Path = typer.Option(..., help="the filled benchmark, JSONL"),
     hf: Optional[Path] = typer.Option(None, help="also save a Hugging Face datasets dataset to this folder"),
     include_pending: bool = typer.Option(False, help="also export chosen items not yet accepted by review"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write what was exported as JSON (- = stdout)"),
 ) -> None:
     """Write the filled benchmark: the original items plus accepted new items with difficulty and provenance."""
     from benchfill.graphs.trace import filled_benchmark
@@ -447,7 +451,8 @@ def export(
     from benchfill.data import write_items
 
     write_items(out, rows)
-    console.print(f"wrote {out}: {len(rows) - added} original + {added} new item(s)")
+    con = result_console(json_out)
+    con.print(f"wrote {out}: {len(rows) - added} original + {added} new item(s)", markup=False, highlight=False)
     if hf is not None:
         try:
             import datasets
@@ -459,7 +464,9 @@ def export(
             r["metadata"] = json.dumps(r.get("metadata") or {})
             r["choices"] = r.get("choices") or []
         datasets.Dataset.from_list(records).save_to_disk(str(hf))
-        console.print(f"wrote Hugging Face dataset to {hf}")
+        con.print(f"wrote Hugging Face dataset to {hf}", markup=False, highlight=False)
+    write_json_result(json_out, {"out": str(out), "hf": None if hf is None else str(hf), "original": len(rows) - added,
+                                 "added": added, "new_items": [r.id for r in rows[len(rows) - added:]]}, note=con)
 
 
 def _open_bank(run_dir: Path):
@@ -542,16 +549,21 @@ def evaluate(
 
     from benchfill.models.client import CallsFailed
 
+    con = result_console(json_out)
     if load_config(config).simulated:
-        simulated_banner(console)
+        simulated_banner(con)
     try:
-        with live_progress(console, enabled=progress and console.is_terminal) as state:
+        with live_progress(con, enabled=progress and con.is_terminal) as state:
             result = run_evaluate(items, config, out, limit=limit, rollouts=rollouts, progress=state)
     except CallsFailed as exc:  # an outage is not an outcome: nothing counted, exit 3, a rerun retries them
         err_console.print(f"benchfill: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(CALLS_FAILED_EXIT) from None
-    con = result_console(json_out)
-    print_summary(con, result)
+    from dataclasses import replace as _replace
+
+    from rich.markup import escape
+
+    print_summary(con, _replace(result, first_errors=[escape(e) for e in result.first_errors],
+                                items_without_gradable_answer=[escape(i) for i in result.items_without_gradable_answer]))
     write_json_result(json_out, result.to_json(), note=con)
 
 
@@ -615,6 +627,7 @@ def import_(
     metric: Optional[str] = typer.Option(None, help="metric (lm-eval, openllm, helm) or scorer[/key] (inspect) to read; default: the log's first / main one"),
     filter_: Optional[str] = typer.Option(None, "--filter", help="lm-eval filter (default: none if present, else the first)"),
     threshold: Optional[float] = typer.Option(None, help="count a non-0/1 score >= this as correct (default: scores must be 0/1)"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the import summary as JSON (- = stdout)"),
 ) -> None:
     """Import eval logs of another harness into a response file (and items) the other commands read."""
     import io
@@ -630,18 +643,23 @@ def import_(
     buf = io.StringIO()
     frame.to_csv(buf, index=False)
     atomic_write_text(out, buf.getvalue())
+    con = result_console(json_out)
     for line in res.summary_lines():
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
-    console.print(f"wrote {out}: {len(frame)} rows", markup=False, highlight=False, soft_wrap=True)
+        con.print(line, markup=False, highlight=False, soft_wrap=True)
+    con.print(f"wrote {out}: {len(frame)} rows", markup=False, highlight=False, soft_wrap=True)
+    result = {"format": fmt, "out": str(out), "rows": len(frame), "models": list(matrix.models),
+              "n_items": matrix.shape[1], "summary": res.summary_lines(), "items_out": None, "n_item_texts": 0}
     if items_out is not None:
         items = res.item_list()
         if not items:
             err_console.print(f"note: {items_out} not written: these logs carry no item texts (question and answer)",
                               markup=False, highlight=False, soft_wrap=True)
-            return
-        write_items(items_out, items)
-        console.print(f"wrote {items_out}: {len(items)} of {matrix.shape[1]} items (those whose question and "
+        else:
+            write_items(items_out, items)
+            result.update(items_out=str(items_out), n_item_texts=len(items))
+            con.print(f"wrote {items_out}: {len(items)} of {matrix.shape[1]} items (those whose question and "
                       "answer the logs carry)", markup=False, highlight=False, soft_wrap=True)
+    write_json_result(json_out, result, note=con)
 
 
 # ---- designers (BenchBench: card / run / rewriters) -------------------------------------------------------

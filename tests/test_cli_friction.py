@@ -303,3 +303,30 @@ def test_json_dash_on_result_commands(small, nasty_run, tmp_path):
         json.loads(proc.stdout)  # nothing but the JSON on stdout
     proc = cli("trace", out, "--gap", "1", "--json")  # bare --json, as before: stdout
     assert json.loads(proc.stdout)["gap"] == 1
+    proc = cli("export", out, "--out", tmp_path / "filled.jsonl", "--include-pending", "--json", "-")
+    assert json.loads(proc.stdout)["added"] == 3, proc.stderr
+    proc = cli("import", "lm-eval", REPO / "tests" / "fixtures" / "importers" / "lmeval", "--out", tmp_path / "i.csv",
+               "--json", "-")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["rows"] > 0, proc.stderr
+    proc = cli("suite", small, "--items-table", _groups(small, tmp_path), "--sampler", "map", "--out", tmp_path / "s",
+               "--json", "-")
+    assert proc.returncode == 0 and [b["benchmark"] for b in json.loads(proc.stdout)["benchmarks"]] == ["A[/x]", "B"]
+    assert "A[/x]" in proc.stderr  # the group name from the data, printed literally in the table
+
+
+def _groups(responses: Path, folder: Path) -> Path:
+    import pandas as pd
+
+    ids = sorted(pd.read_csv(responses)["item_id"].astype(str).unique())
+    table = folder / "groups.csv"
+    table.write_text("item_id,benchmark\n" + "".join(f"{i},{'A[/x]' if k < 20 else 'B'}\n" for k, i in enumerate(ids)))
+    return table
+
+
+def test_evaluate_json_to_stdout(tmp_path):
+    examples = REPO / "examples"
+    proc = cli("evaluate", examples / "math500.items.jsonl", "--config", examples / "sim.toml", "--out", tmp_path / "ev",
+               "--limit", "3", "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)  # the banner and tables went to stderr
+    assert data["n_items"] == 3 and "SIMULATED" in proc.stderr
