@@ -220,3 +220,20 @@ def test_chromium_review_vote_is_stored(known_run, tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
         server.close()
+
+
+def test_view_command_serves_on_localhost_and_stops_on_ctrl_c(known_run):
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "benchfill.cli", "view", str(known_run)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert "report.html" in proc.stdout.readline()
+        line = proc.stdout.readline()
+        url = re.search(r"(http://127\.0\.0\.1:\d+/)", line).group(1)
+        page = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert '"served": true' in page and 'id="data"' in page
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "stopped" in out and "Traceback" not in err
