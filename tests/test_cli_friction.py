@@ -225,17 +225,36 @@ def test_tables_are_not_cut_to_80_columns_when_piped(nasty_run):
 
 
 def test_math_verify_timeout_notice_is_silenced(caplog):
-    from benchfill.cli_support import quiet_libraries
+    import threading
 
-    quiet_libraries()
+    import math_verify.grader as mvg
     import math_verify.parser as mvp
 
-    mvp.TIMEOUT_WARNING_SHOWN = False
-    with caplog.at_level(logging.WARNING):
-        from benchfill.models.grading import _math_verify_equal
+    from benchfill.cli_support import quiet_libraries
+    from benchfill.models.grading import _math_verify_equal
 
-        _math_verify_equal("1/2", "0.5")
-    assert "Timeout is disabled" not in caplog.text
+    def grade_off_the_main_thread():  # where benchfill grades without math-verify's alarm-based timeout
+        mvp.TIMEOUT_WARNING_SHOWN = mvg.TIMEOUT_WARNING_SHOWN = False
+        t = threading.Thread(target=_math_verify_equal, args=("1/2", "0.5"))
+        t.start()
+        t.join()
+
+    names = ("math_verify", "math_verify.parser", "math_verify.grader")
+    levels = {n: logging.getLogger(n).level for n in names}
+    try:
+        for n in names:
+            logging.getLogger(n).setLevel(logging.NOTSET)
+        with caplog.at_level(logging.WARNING):
+            grade_off_the_main_thread()
+        assert "Timeout is disabled" in caplog.text  # the notice the CLI used to print on every fill
+        caplog.clear()
+        quiet_libraries()
+        with caplog.at_level(logging.WARNING):
+            grade_off_the_main_thread()
+        assert "Timeout is disabled" not in caplog.text
+    finally:
+        for n, level in levels.items():
+            logging.getLogger(n).setLevel(level)
 
 
 # ---- loaders and configs --------------------------------------------------------------------------------------
