@@ -81,7 +81,7 @@ def diagnose(responses: ResponseMatrix | Any, *, items: str | Path | Sequence[It
 
         dg.robustness = {"leave_one_model_out": leave_one_model_out(resp, fit).as_dict(),
                          "bic": compare_1pl_2pl(resp, spec.guessing, seed=seed).as_dict()}
-    dg.attach_fit(fit)
+    dg.attach_scale(fit)  # the difficulty draws go with the fit when this returns
     return dg
 
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
-from scipy import stats
 
 from benchfill.diagnostics import metrics as M
 from benchfill.irt.model import thin_draws
@@ -180,7 +181,9 @@ def _multinomial_null(theta_draws: np.ndarray, theta: np.ndarray, patterns: np.n
     for pattern in patterns:
         dist = np.ones((B_NODES, 1))
         for j in np.flatnonzero(pattern):  # convolve in each model's Binomial(n_j, p_j(b))
-            pmf = stats.binom.pmf(np.arange(pattern[j] + 1)[None, :], pattern[j], p[j][:, None])  # (B, n_j + 1)
+            k = np.arange(pattern[j] + 1)
+            coef = np.array([math.comb(int(pattern[j]), int(t)) for t in k], dtype=float)
+            pmf = coef * p[j][:, None] ** k * (1.0 - p[j][:, None]) ** (pattern[j] - k)  # (B, n_j + 1) binomial
             new = np.zeros((B_NODES, dist.shape[1] + pattern[j]))
             for t in range(pattern[j] + 1):
                 new[:, t:t + dist.shape[1]] += dist * pmf[:, t:t + 1]

@@ -153,11 +153,14 @@ class Diagnosis(BaseModel):
     robustness: dict[str, Any] | None = None
     files: dict[str, str] = Field(default_factory=dict)
 
-    _fit: Any = PrivateAttr(default=None)
+    _scale: Any = PrivateAttr(default=None)
 
-    def attach_fit(self, fit: IRTFit) -> None:
-        """Keep the fit, so :meth:`save` can write the scale new items are placed on."""
-        self._fit = fit
+    def attach_scale(self, fit: IRTFit) -> None:
+        """Keep the fit's scale (thinned ability draws and the axis), so :meth:`save` can write it for placing new
+        items later; the fit itself, with its difficulty draws, can then be freed."""
+        from benchfill.irt.scale import Scale
+
+        self._scale = Scale.from_fit(fit, source=self.source)
 
     def to_json(self, indent: int | None = 2) -> str:
         return self.model_dump_json(indent=indent)
@@ -180,11 +183,9 @@ class Diagnosis(BaseModel):
         json_path = where if where.suffix == ".json" else where / "diagnosis.json"
         png_path = Path(png) if png is not None else json_path.with_suffix(".png")
         files = {"json": str(json_path), "png": str(png_path)}
-        if self._fit is not None:
-            from benchfill.irt.scale import Scale
-
+        if self._scale is not None:
             files["scale"] = str(json_path.with_suffix(".scale.npz"))
-            Scale.from_fit(self._fit, source=self.source).save(files["scale"])
+            self._scale.save(files["scale"])
         self.files = files
         self.plot(png_path, n_gaps)
         if write_json:
@@ -390,7 +391,9 @@ def diagnose(
     exact_item_moments(fit, responses)
     timings["exact_b"] = time.perf_counter() - clock
     clock = time.perf_counter()
-    checks = run_checks(responses, fit, seed=settings.seed)
+    check_times: dict[str, float] = {}
+    checks = run_checks(responses, fit, seed=settings.seed, timings=check_times)
     timings["checks"] = time.perf_counter() - clock
+    timings.update({f"check_{k}": v for k, v in check_times.items()})
     dg = build_diagnosis(responses, fit, checks, top_gaps=top_gaps, seed=settings.seed, timings=timings)
     return dg, fit
