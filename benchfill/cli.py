@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -132,10 +133,13 @@ def diagnose(
     if json_out is None and default_json.exists() and not force:
         raise InputError(str(default_json), "exists (an earlier diagnose of this file): pass --force to overwrite "
                                             "it, or --json PATH to write elsewhere")
+    clock = time.perf_counter()
     resp, its = _panel(responses, items, models, models_file)
+    load_s = time.perf_counter() - clock
     _selection_note(resp)
     dg = _run_diagnosis(resp, its, guessing, choices, sampler, chains, tune, draws, seed, robustness,
                         status_console=err_console)
+    dg.timings = {"load": round(load_s, 3), **dg.timings}
     png = png or files_json.with_suffix(".png")
     scale_path = files_json.with_suffix(".scale.npz")
     try:

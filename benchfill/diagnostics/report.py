@@ -183,11 +183,15 @@ class Diagnosis(BaseModel):
         json_path = where if where.suffix == ".json" else where / "diagnosis.json"
         png_path = Path(png) if png is not None else json_path.with_suffix(".png")
         files = {"json": str(json_path), "png": str(png_path)}
+        clock = time.perf_counter()
         if self._scale is not None:
             files["scale"] = str(json_path.with_suffix(".scale.npz"))
             self._scale.save(files["scale"])
+        self.timings["write_scale"] = round(time.perf_counter() - clock, 3)
         self.files = files
+        clock = time.perf_counter()
         self.plot(png_path, n_gaps)
+        self.timings["render"] = round(time.perf_counter() - clock, 3)
         if write_json:
             atomic_write_text(json_path, self.model_dump_json(indent=2) + "\n")
         return json_path
