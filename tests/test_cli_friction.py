@@ -190,6 +190,43 @@ def test_ctrl_c_during_the_irt_step_is_one_line_and_130(tmp_path):
     assert "resume" not in err
 
 
+WORKERS = """
+import multiprocessing as mp, os, signal, time
+from benchfill.cli_support import install_sigint_handler, quiet_worker_start
+
+
+def run(ctx):
+    with mp.get_context(ctx).Pool(1) as pool:
+        r = pool.map_async(time.sleep, [1.5])
+        time.sleep(0.7)
+        for p in pool._pool:  # Ctrl-C reaches every process of the terminal's process group: the workers too
+            os.kill(p.pid, signal.SIGINT)
+        try:
+            r.get(timeout=20)
+            print(ctx, "ok", flush=True)
+        except Exception as exc:
+            print(ctx, "lost", type(exc).__name__, flush=True)
+
+
+if __name__ == "__main__":
+    install_sigint_handler()  # what every benchfill command does first
+    run("fork")
+    quiet_worker_start()  # what diagnose / fill do before the fit
+    run("forkserver")
+"""
+
+
+def test_ctrl_c_does_not_reach_the_irt_workers(tmp_path):
+    """Deterministic: SIGINT sent to pool workers (forked, and forked by the fork server) neither kills them nor
+    prints a ForkPoolWorker traceback (without the two helpers both workers died with one)."""
+    script = tmp_path / "workers.py"
+    script.write_text(WORKERS)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "BENCHFILL_WORKER_STDERR": "1"})
+    assert proc.stdout.split("\n")[:2] == ["fork ok", "forkserver ok"], (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
 # ---- help, flags, version, width -----------------------------------------------------------------------------
 
 def test_help_keeps_square_brackets_and_flags_show_no_bool():
