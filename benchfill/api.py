@@ -34,9 +34,8 @@ def load_responses(source: Any, *, items: str | Path | Sequence[Item] | None = N
     spread evenly by accuracy (the paper's 12), else all."""
     import pandas as pd
 
-    from benchfill.data import load_items, read_model_names, responses_from_frame, select_models
+    from benchfill.data import keep_models, load_items, responses_from_frame
     from benchfill.data import load_responses as _load
-    from benchfill.errors import InputError
 
     item_list = load_items(items) if isinstance(items, (str, Path)) else (list(items) if items is not None else None)
     if isinstance(source, ResponseMatrix):
@@ -45,15 +44,7 @@ def load_responses(source: Any, *, items: str | Path | Sequence[Item] | None = N
         resp = responses_from_frame(source, item_list)
     else:
         resp = _load(source, items=item_list)
-    if models_file is not None:
-        names = read_model_names(models_file)
-        unknown = [m for m in names if m not in resp.models]
-        if unknown:
-            raise InputError(str(models_file), f"model(s) not in {resp.source}: {', '.join(unknown[:5])}")
-        resp = resp.subset(models=names)
-    elif models is not None:
-        resp = resp.subset(models=select_models(resp, models))
-    return resp
+    return keep_models(resp, models, models_file)
 
 
 def diagnose(responses: ResponseMatrix | Any, *, items: str | Path | Sequence[Item] | None = None,

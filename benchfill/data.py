@@ -414,12 +414,18 @@ def load_panel(
     """Load responses (validated against the items file when given) and keep the requested models: the names in
     ``models_file``, else ``models`` spread evenly by accuracy, else all."""
     items = load_items(items_path) if items_path else None
-    responses = load_responses(responses_path, items=items)
+    return keep_models(load_responses(responses_path, items=items), models, models_file), items
+
+
+def keep_models(responses: ResponseMatrix, models: int | None = None, models_file: str | Path | None = None
+                ) -> ResponseMatrix:
+    """The requested models of a response matrix: the names in ``models_file``, else ``models`` spread evenly by
+    accuracy (:func:`select_models`), else all."""
     if models_file is not None:
         names = read_model_names(models_file)
         unknown = [m for m in names if m not in responses.models]
         if unknown:
-            raise InputError(str(models_file), f"model(s) not in {responses_path}: {', '.join(unknown[:5])}")
+            raise InputError(str(models_file), f"model(s) not in {responses.source}: {', '.join(unknown[:5])}")
         responses = responses.subset(models=names)
     elif models is not None:
         n_all = len(responses.models)
@@ -427,7 +433,7 @@ def load_panel(
         if len(responses.models) < n_all:  # say which were kept (diagnose and fill print this line)
             responses.meta["selection"] = {"rule": "spread evenly by accuracy, weakest first", "of": n_all,
                                            "kept": list(responses.models)}
-    return responses, items
+    return responses
 
 
 def read_model_names(path: str | Path) -> list[str]:
