@@ -281,7 +281,7 @@ def _target(spec: str):
         if a <= 0 or b <= 0:
             raise InputError("--target", f"{spec!r}: Beta parameters must be positive")
         return stats.beta(a, b)
-    raise InputError("--target", f"{spec!r}: expected 'uniform' or 'beta:A,B'")
+    raise InputError("--target", f"{spec!r}: expected 'uniform' or 'beta:A,B'{did_you_mean(spec, ['uniform'])}")
 
 
 # ---- fill / trace / review / export ----------------------------------------------------------------------
@@ -640,6 +640,11 @@ def import_(
     from benchfill.importers import Options, import_logs
     from benchfill.io import atomic_write_text
 
+    from benchfill.importers import ALIASES, FORMATS
+
+    if fmt.strip().lower() not in FORMATS and fmt.strip().lower() not in ALIASES:
+        raise InputError("FORMAT", f"{fmt!r}: unknown import format; one of {', '.join(FORMATS)}"
+                                   f"{did_you_mean(fmt.strip().lower(), [*FORMATS, *ALIASES])}")
     res = import_logs(fmt, paths, Options(metric=metric, filter=filter_, threshold=threshold))
     matrix = res.matrix(", ".join(map(str, paths)), min_models=1)
     frame = matrix.to_long()

@@ -243,9 +243,15 @@ def test_version():
     assert res.exit_code == 0 and res.output.strip() == f"benchfill {__version__}"
 
 
-def test_unknown_option_gets_a_suggestion(small):
+def test_unknown_option_gets_a_suggestion(small, tmp_path):
     res = runner.invoke(app, ["diagnose", str(small), "--jsn", "x"])
     assert res.exit_code == 2 and "--json" in res.output
+    res = runner.invoke(app, ["trac", "x"])
+    assert res.exit_code == 2 and "Did you mean 'trace'" in res.output
+    for args, needle in ((["import", "helmm", str(tmp_path), "--out", str(tmp_path / "o.csv")], "did you mean 'helm'?"),
+                         (["trace", str(tmp_path), "--method", "basline"], "did you mean 'baseline'?")):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and needle in flat(res.output), res.output
 
 
 def test_tables_are_not_cut_to_80_columns_when_piped(nasty_run):
