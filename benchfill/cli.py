@@ -338,9 +338,6 @@ def fill(
         run.close()
     con.print(fill_summary_table(summary))
     write_json_result(json_out, summary, note=con)
-    from benchfill.viewer import write_report
-
-    write_report(out)
     con.print(f"wrote {out / 'summary.json'} and {out / 'report.html'}; inspect a gap with: benchfill trace {out} "
               f"--gap 1, or open the report (benchfill view {out})", markup=False, highlight=False, soft_wrap=True)
 

@@ -6,6 +6,7 @@ the budget-matched baseline), and summarise it Table-2 style. Everything lives i
     checkpoints.sqlite                    LangGraph's checkpoints (resume)
     labels/<method>-g<gap>-r<round>/      each labelling round's response file
     summary.json                          the Table-2 summary
+    report.html                           the run in a browser, self-contained (benchfill.viewer)
 """
 
 from __future__ import annotations
@@ -225,6 +226,9 @@ class FillRun:
                                                  budget_rounds=rounds), resume=self.opts.resume)
         summary = self.summary(final_state=bf)
         atomic_write_json(self.out / SUMMARY, summary)
+        from benchfill.viewer import write_report
+
+        write_report(self.out, bank=self.bank)  # report.html: the run in a browser (benchfill view serves it)
         return summary
 
     def close(self) -> None:
