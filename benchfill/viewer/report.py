@@ -89,7 +89,11 @@ _PAGE = """<!doctype html>
 <header><h1 id="title"></h1><p id="sub"></p></header>
 <nav id="nav"></nav>
 <section id="diagnosis"><h2>Diagnosis: the axis before and after</h2><div id="axis"></div><div id="gaptable"></div></section>
-<section id="searches"><h2>Searches, gap by gap</h2><div id="gaps"></div></section>
+<section id="searches"><h2>Searches, gap by gap</h2>
+<p class="muted">Each child: its full question and reference answer, the judge's verdict and reason, panel counts per model, and its
+placement bar: <span style="background:#ffe9e9">pink</span> the gap, <span style="background:#b6e3c2">green</span> the target ±
+tolerance, <span style="color:#0550ae">blue</span> d with its 90 % interval (d ± 1.645 SD). The chosen child is framed in green.</p>
+<div id="gaps"></div></section>
 <section id="review"><h2>Review queue</h2><p id="rule"></p><div id="queue"></div></section>
 <footer>Self-contained report written by benchfill (no network). LaTeX is shown as its source text.</footer>
 <script type="application/json" id="data">__DATA__</script>
@@ -141,7 +145,8 @@ function axis(label, ds, gaps, added){
   const W=1100,H=86,L=70,R=20,X=x=>L+(W-L-R)*Math.max(0,Math.min(1,x));
   const s=sv('svg',{width:W,height:H,viewBox:`0 0 ${W} ${H}`,class:'axis','data-label':label});
   s.append(sv('text',{x:4,y:44},label));
-  gaps.forEach((g,k)=>{s.append(sv('rect',{x:X(g.lo),y:14,width:Math.max(1,X(g.hi)-X(g.lo)),height:44,fill:'#ffd8d8',class:'gap'}));s.append(sv("text",{x:X(g.lo)+2+40*k,y:11},`gap ${k+1}`));});
+  gaps.forEach((g,k)=>{s.append(sv('rect',{x:X(g.lo),y:24,width:Math.max(1,X(g.hi)-X(g.lo)),height:34,fill:'#ffd8d8',class:'gap'}));
+    s.append(sv('text',{x:(X(g.lo)+X(g.hi))/2,y:k%2?21:10,'text-anchor':'middle'},`gap ${k+1}`));});
   s.append(sv('line',{x1:X(0),x2:X(1),y1:58,y2:58,stroke:'#333'}));
   for(const t of [0,0.25,0.5,0.75,1]){s.append(sv('line',{x1:X(t),x2:X(t),y1:58,y2:63,stroke:'#333'}));s.append(sv('text',{x:X(t)-8,y:76},t));}
   for(const d of ds) s.append(sv('line',{x1:X(d),x2:X(d),y1:28,y2:56,stroke:'#555','stroke-opacity':0.45}));
