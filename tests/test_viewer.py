@@ -128,6 +128,10 @@ def test_server_stores_votes_only_with_the_token(known_run):
                 return e.code, json.loads(e.read())
 
         assert post({"candidate": cid, "reviewer": "x", "decision": "approve"}, "wrong")[0] == 403
+        rebound = urllib.request.Request(server.url, headers={"Host": "evil.example:80"})
+        with pytest.raises(urllib.error.HTTPError) as exc:
+            urllib.request.urlopen(rebound, timeout=10)
+        assert exc.value.code == 403  # a page on another domain, rebound to 127.0.0.1, gets nothing
         assert post({"candidate": "nope", "reviewer": "x", "decision": "approve"}, server.token)[0] == 400
         assert post({"candidate": cid, "reviewer": "", "decision": "approve"}, server.token)[0] == 400
         code, out = post({"candidate": cid, "reviewer": "ann", "decision": "reject", "note": "n"}, server.token)

@@ -92,13 +92,26 @@ def _handler(server: ViewServer):
         def _json(self, code: int, obj: Any) -> None:
             self._send(code, json.dumps(obj, default=str).encode(), "application/json")
 
+        def _local_host(self) -> bool:
+            """Only requests addressed to this server by its loopback name (a page on another domain rebound to
+            127.0.0.1 sends its own Host and is refused)."""
+            port = server.httpd.server_address[1]
+            ok = self.headers.get("Host", "") in {f"127.0.0.1:{port}", f"localhost:{port}"}
+            if not ok:
+                self._json(403, {"error": "wrong Host"})
+            return ok
+
         def do_GET(self) -> None:  # noqa: N802
+            if not self._local_host():
+                return
             if self.path.split("?")[0] not in ("/", "/index.html", "/report.html"):
                 self._json(404, {"error": "not found"})
                 return
             self._send(200, server.page().encode("utf-8"), "text/html; charset=utf-8")
 
         def do_POST(self) -> None:  # noqa: N802
+            if not self._local_host():
+                return
             if self.path != "/api/review":
                 self._json(404, {"error": "not found"})
                 return
