@@ -17,11 +17,14 @@ import asyncio
 from pathlib import Path
 from typing import Any, Sequence
 
-from pydantic import BaseModel
+from pydantic import BaseModel, RootModel
 
 from benchfill.aio import run_sync
 from benchfill.data import Item, ResponseMatrix
+from benchfill.diagnostics.calibrate import CalibrationResult
+from benchfill.diagnostics.detect import DetectionResult
 from benchfill.diagnostics.report import Diagnosis
+from benchfill.irt.placement import PlacedItem
 
 DEFAULT_SAMPLER = "fast"
 
@@ -70,8 +73,8 @@ def diagnose(responses: ResponseMatrix | Any, *, items: str | Path | Sequence[It
     if robustness:
         from benchfill.irt.robustness import compare_1pl_2pl, leave_one_model_out
 
-        dg.robustness = {"leave_one_model_out": leave_one_model_out(resp, fit).as_dict(),
-                         "bic": compare_1pl_2pl(resp, spec.guessing, seed=seed).as_dict()}
+        dg.robustness = {"leave_one_model_out": leave_one_model_out(resp, fit).model_dump(),
+                         "bic": compare_1pl_2pl(resp, spec.guessing, seed=seed).model_dump()}
     dg.attach_scale(fit)  # the difficulty draws go with the fit when this returns
     return dg
 
@@ -120,39 +123,223 @@ def suite(responses: ResponseMatrix | Any, *, by: str = "benchmark", items_table
     return Suite(source=resp.source, n_models=resp.shape[0], benchmarks=rows)
 
 
-class PlacedItem(BaseModel):
-    item_id: str
-    b: float
-    b_sd: float
-    d: float
-    d_sd: float
-
-
 class Placements(BaseModel):
-    """New items on a benchmark's scale (abilities fixed): b and its SD in logits, d on the benchmark's axis."""
+    """New items on a benchmark's scale (abilities fixed): b and its SD in logits, d on the benchmark's axis
+    d = (b - b_min) / (b_max - b_min). ``model_dump_json`` is the ``--json`` of ``benchfill place``."""
 
     scale: str
-    items: list[PlacedItem]
+    responses: str = ""
+    models: list[str] = []
+    b_min: float = 0.0
+    b_max: float = 1.0
+    n_draws: int = 0
+    guessing: float = 0.0
     ignored_models: list[str]
+    items: list[PlacedItem]
 
 
 def place(scale: Any, responses: ResponseMatrix | Any, *, guessing: float | None = None,
           prior_sd: float = 1.0) -> Placements:
     """Place new items on a saved scale (a ``.scale.npz`` path or a :class:`benchfill.irt.scale.Scale`), as
-    ``benchfill place``. ``responses``: the new items' counts, keyed by the scale's model names."""
+    ``benchfill place``. ``responses``: the new items' counts, keyed by the scale's model names. ``guessing``: the
+    new items' lower asymptote (default: the scale's); ``prior_sd``: SD of b's Normal prior."""
     from benchfill.errors import InputError
     from benchfill.irt.placement import place_responses
     from benchfill.irt.scale import Scale
 
     sc = scale if isinstance(scale, Scale) else Scale.load(scale)
+    where = sc.source if isinstance(scale, Scale) else str(scale)
     if guessing is not None and not 0.0 <= guessing < 1.0:
-        raise InputError(sc.source or "<scale>", f"guessing {guessing}: must lie in [0, 1)")
-    if not prior_sd > 0:
-        raise InputError("prior_sd", f"{prior_sd}: must be a positive number")
+        raise InputError(where or "<scale>", f"--guessing {guessing}: must lie in [0, 1)")
     resp = responses if isinstance(responses, ResponseMatrix) else load_responses(responses)
+    if not prior_sd > 0:
+        raise InputError("--prior-sd", f"{prior_sd}: must be a positive number")
     placed = place_responses(sc, resp, guessing, prior_sd)
-    return Placements(scale=sc.source, items=[PlacedItem(**r) for r in placed.to_records()],
-                      ignored_models=placed.ignored_models)
+    return Placements(scale=where, responses=str(responses) if isinstance(responses, (str, Path)) else resp.source,
+                      models=list(sc.models), b_min=sc.b_min, b_max=sc.b_max, n_draws=sc.n_draws,
+                      guessing=sc.guessing if guessing is None else guessing,
+                      ignored_models=placed.ignored_models, items=placed.placed_items())
+
+
+def load_diagnosis(path: str | Path) -> Diagnosis:
+    """A diagnosis JSON written by ``benchfill diagnose`` (or :meth:`Diagnosis.save`)."""
+    from pydantic import ValidationError
+
+    from benchfill.errors import InputError
+
+    path = Path(path)
+    try:
+        return Diagnosis.model_validate_json(path.read_text())
+    except FileNotFoundError:
+        raise InputError(str(path), "file not found") from None
+    except (ValidationError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "invalid"
+        raise InputError(str(path), f"not a benchfill diagnosis JSON ({first})") from None
+
+
+def calibration_target(spec: str) -> Any:
+    """'uniform' -> None (U[0, 1]); 'beta:A,B' -> a frozen scipy Beta(A, B)."""
+    from scipy import stats
+
+    from benchfill.cli_support import did_you_mean
+    from benchfill.errors import InputError
+
+    if spec == "uniform":
+        return None
+    if spec.startswith("beta:"):
+        try:
+            a, b = (float(x) for x in spec[5:].split(","))
+        except ValueError:
+            raise InputError("--target", f"{spec!r}: expected beta:A,B with positive numbers") from None
+        if a <= 0 or b <= 0:
+            raise InputError("--target", f"{spec!r}: Beta parameters must be positive")
+        return stats.beta(a, b)
+    raise InputError("--target", f"{spec!r}: expected 'uniform' or 'beta:A,B'{did_you_mean(spec, ['uniform'])}")
+
+
+def calibrate(diagnosis: Diagnosis | str | Path, k: int, *, target: str = "uniform") -> CalibrationResult:
+    """Prune a benchmark toward a target difficulty distribution by greedy quantile matching (paper App. D), as
+    ``benchfill calibrate``: ``diagnosis`` is a :class:`Diagnosis` or its JSON path, ``k`` the items to keep,
+    ``target`` ``"uniform"`` or ``"beta:A,B"`` on [0, 1]. Returns the :class:`CalibrationResult` (kept ids in
+    ``item_ids``)."""
+    from benchfill.diagnostics.calibrate import calibrate as _calibrate
+
+    dg = diagnosis if isinstance(diagnosis, Diagnosis) else load_diagnosis(diagnosis)
+    return _calibrate([it.b for it in dg.items], k, target=calibration_target(target),
+                      item_ids=[it.item_id for it in dg.items])
+
+
+def detect(responses_a: str | Path, responses_b: str | Path | None = None, *, model_a: str | None = None,
+           model_b: str | None = None, items: str | Path | None = None, permutations: int = 100_000,
+           seed: int | None = 0, alpha: float = 0.05) -> DetectionResult:
+    """Local-progress test (paper Table 12), as ``benchfill detect``: does model B beat model A? One-sided
+    stratified randomization test over ``permutations`` draws; ``items``: a file of item ids to restrict to."""
+    from benchfill.diagnostics.detect import detect_files
+
+    return detect_files(responses_a, responses_b, model_a=model_a, model_b=model_b, items_path=items,
+                        n_permutations=permutations, seed=seed, alpha=alpha)
+
+
+def _open_bank(run_dir: str | Path):
+    from benchfill.errors import InputError
+    from benchfill.graphs.run import MEMORY_DB
+    from benchfill.memory.bank import MemoryBank
+
+    run_dir = Path(run_dir)
+    if not (run_dir / MEMORY_DB).exists():
+        raise InputError(str(run_dir), "not a fill run folder (no memory.sqlite)")
+    return MemoryBank(run_dir / MEMORY_DB)
+
+
+class Export(BaseModel):
+    """What ``export`` wrote: the filled benchmark (JSONL) and, with ``hf``, a Hugging Face dataset."""
+
+    out: str
+    hf: str | None
+    original: int
+    added: int
+    new_items: list[str]
+
+
+def export(run_dir: str | Path, out: str | Path, *, hf: str | Path | None = None,
+           include_pending: bool = False) -> Export:
+    """Write the filled benchmark of a fill run (``benchfill export``): the original items plus the accepted new
+    items (also those pending review with ``include_pending``) to ``out`` (JSONL), and with ``hf`` a Hugging Face
+    ``datasets`` dataset saved to that folder (needs ``benchfill[hf]``)."""
+    import json
+
+    from benchfill.data import write_items
+    from benchfill.errors import InputError
+    from benchfill.graphs.trace import filled_benchmark
+
+    bank = _open_bank(run_dir)
+    try:
+        rows, added = filled_benchmark(bank, include_pending=include_pending)
+    finally:
+        bank.close()
+    write_items(Path(out), rows)
+    if hf is not None:
+        try:
+            import datasets
+        except ImportError:
+            raise InputError("--hf", "needs the Hugging Face datasets package: pip install 'benchfill[hf]'") from None
+        datasets.disable_progress_bars()
+        records = [r.model_dump(mode="json") for r in rows]
+        for r in records:  # one column type per field for Arrow
+            r["metadata"] = json.dumps(r.get("metadata") or {})
+            r["choices"] = r.get("choices") or []
+        datasets.Dataset.from_list(records).save_to_disk(str(hf))
+    return Export(out=str(out), hf=None if hf is None else str(hf), original=len(rows) - added, added=added,
+                  new_items=[r.id for r in rows[len(rows) - added:]])
+
+
+class ReviewQueue(BaseModel):
+    """The review queue of a fill run: BenchFill's chosen items in gap order, with the acceptance rule."""
+
+    rule: str
+    queue: list[dict[str, Any]]
+
+
+class ReviewItem(RootModel[dict[str, Any]]):
+    """One queued item in full (question, answer, verdict, panel counts, placement, votes); dumps as that dict."""
+
+
+class Vote(BaseModel):
+    """A review vote and the item's standing after it."""
+
+    item_id: str
+    reviewer: str
+    decision: str
+    status: str
+    approvals: int
+    rejections: int
+    rule: str
+
+
+def review_queue(run_dir: str | Path) -> ReviewQueue:
+    """The review queue of a fill run (``benchfill review RUN``)."""
+    from benchfill.graphs.trace import review_queue as _queue
+    from benchfill.memory.bank import REVIEW_RULE
+
+    bank = _open_bank(run_dir)
+    try:
+        return ReviewQueue(rule=REVIEW_RULE, queue=_queue(bank))
+    finally:
+        bank.close()
+
+
+def review_item(run_dir: str | Path, item_id: str) -> ReviewItem:
+    """One queued item in full (``benchfill review RUN --show ID``); an id not in the queue is an InputError."""
+    from benchfill.graphs.trace import review_item as _item
+
+    bank = _open_bank(run_dir)
+    try:
+        return ReviewItem(_item(bank, item_id))
+    finally:
+        bank.close()
+
+
+def vote(run_dir: str | Path, item_id: str, decision: str, reviewer: str, note: str = "") -> Vote:
+    """Approve or reject a queued item (``benchfill review RUN --approve/--reject ID --reviewer NAME``). One standing
+    vote per reviewer and item (voting again replaces it); an item is accepted after 3 approvals and no standing
+    rejection, and rejected after 3 rejections (``REVIEW_RULE``)."""
+    from benchfill.errors import InputError
+    from benchfill.graphs.trace import review_item as _item
+    from benchfill.memory.bank import REVIEW_RULE
+
+    if decision not in ("approve", "reject"):
+        raise InputError("decision", f"{decision!r}: choose approve or reject")
+    if not reviewer or not reviewer.strip():
+        raise InputError("--reviewer", "say who you are: --reviewer NAME")
+    bank = _open_bank(run_dir)
+    try:
+        _item(bank, item_id)  # in the queue, else one line naming the queued ids
+        bank.review(item_id, reviewer.strip(), decision, note)
+        a, r = bank.approvals(item_id)
+        return Vote(item_id=item_id, reviewer=reviewer.strip(), decision=decision, status=bank.review_status(item_id),
+                    approvals=a, rejections=r, rule=REVIEW_RULE)
+    finally:
+        bank.close()
 
 
 async def fill_async(items: str | Path, responses: str | Path, config: str | Path, out: str | Path, *,

@@ -5,7 +5,6 @@ Every command turns :class:`benchfill.errors.InputError` into one line on stderr
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -233,12 +232,11 @@ def calibrate(
     """Prune a benchmark toward a target difficulty distribution by greedy quantile matching (paper App. D)."""
     from rich.table import Table
 
-    from benchfill.diagnostics.calibrate import calibrate as run_calibration
+    from benchfill import api
     from benchfill.io import atomic_write_text
 
-    dg = _load_diagnosis(diagnosis)
-    result = run_calibration([it.b for it in dg.items], k, target=_target(target),
-                             item_ids=[it.item_id for it in dg.items])
+    dg = api.load_diagnosis(diagnosis)
+    result = api.calibrate(dg, k, target=target)
     con = result_console(json_out)
     table = Table(title=lit(f"calibration of {dg.source}: {result.n_items} -> {result.k} items, target {target}"),
                   title_justify="left")
@@ -250,38 +248,7 @@ def calibrate(
     if out:
         atomic_write_text(out, "".join(f"{i}\n" for i in result.item_ids or ()))
         con.print(f"wrote {out}", markup=False, highlight=False)
-    write_json_result(json_out, result.as_dict(), note=con)
-
-
-def _load_diagnosis(path: Path):
-    from pydantic import ValidationError
-
-    from benchfill.diagnostics.report import Diagnosis
-
-    try:
-        return Diagnosis.model_validate_json(path.read_text())
-    except FileNotFoundError:
-        raise InputError(str(path), "file not found") from None
-    except (ValidationError, ValueError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else "invalid"
-        raise InputError(str(path), f"not a benchfill diagnosis JSON ({first})") from None
-
-
-def _target(spec: str):
-    """'uniform' -> None (U[0, 1]); 'beta:A,B' -> a frozen Beta(A, B)."""
-    from scipy import stats
-
-    if spec == "uniform":
-        return None
-    if spec.startswith("beta:"):
-        try:
-            a, b = (float(x) for x in spec[5:].split(","))
-        except ValueError:
-            raise InputError("--target", f"{spec!r}: expected beta:A,B with positive numbers") from None
-        if a <= 0 or b <= 0:
-            raise InputError("--target", f"{spec!r}: Beta parameters must be positive")
-        return stats.beta(a, b)
-    raise InputError("--target", f"{spec!r}: expected 'uniform' or 'beta:A,B'{did_you_mean(spec, ['uniform'])}")
+    write_json_result(json_out, result.model_dump_json(indent=2) + "\n", note=con)
 
 
 # ---- fill / trace / review / export ----------------------------------------------------------------------
@@ -379,30 +346,24 @@ def review(
     """The review queue of chosen items; --show ID for one in full; --approve/--reject ID --reviewer NAME to vote.
     An item is accepted after 3 approvals and no standing rejection; a rejection blocks it until that reviewer
     votes again; 3 rejections reject it. Votes are stored in the run's memory bank."""
+    from benchfill import api
     from benchfill.graphs.render import review_detail, review_table
-    from benchfill.graphs.trace import review_item, review_queue
-    from benchfill.memory.bank import REVIEW_RULE
 
     out = result_console(json_out)
-    bank = _open_bank(run_dir)
+    _open_bank(run_dir).close()  # a fill run folder, else one line
     if approve or reject:
-        cid = approve or reject
         if approve and reject:
             raise InputError("--approve/--reject", "give one of them, not both")
-        if not reviewer or not reviewer.strip():
-            raise InputError("--reviewer", "say who you are: --reviewer NAME")
-        review_item(bank, cid)  # in the queue, else one line naming the queued ids
-        bank.review(cid, reviewer.strip(), "approve" if approve else "reject", note)
-        a, r = bank.approvals(cid)
-        out.print(lit(f"{cid}: {bank.review_status(cid)} ({a} approval(s), {r} rejection(s); {REVIEW_RULE})"))
+        v = api.vote(run_dir, approve or reject, "approve" if approve else "reject", reviewer or "", note)
+        out.print(lit(f"{v.item_id}: {v.status} ({v.approvals} approval(s), {v.rejections} rejection(s); {v.rule})"))
     if show:
-        item = review_item(bank, show)
-        out.print(review_detail(item))
-        write_json_result(json_out, item, note=out)
+        item = api.review_item(run_dir, show)
+        out.print(review_detail(item.root))
+        write_json_result(json_out, item.model_dump_json(indent=2) + "\n", note=out)
         return
-    queue = review_queue(bank)
-    out.print(review_table(queue))
-    write_json_result(json_out, {"rule": REVIEW_RULE, "queue": queue}, note=out)
+    queue = api.review_queue(run_dir)
+    out.print(review_table(queue.queue))
+    write_json_result(json_out, queue.model_dump_json(indent=2) + "\n", note=out)
 
 
 @app.command()
@@ -446,37 +407,20 @@ def export(
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write what was exported as JSON (- = stdout)"),
 ) -> None:
     """Write the filled benchmark: the original items plus accepted new items with difficulty and provenance."""
-    from benchfill.graphs.trace import filled_benchmark
+    from benchfill import api
 
-    rows, added = filled_benchmark(_open_bank(run_dir), include_pending=include_pending)
-    from benchfill.data import write_items
-
-    write_items(out, rows)
+    res = api.export(run_dir, out, hf=hf, include_pending=include_pending)
     con = result_console(json_out)
-    con.print(f"wrote {out}: {len(rows) - added} original + {added} new item(s)", markup=False, highlight=False)
+    con.print(f"wrote {out}: {res.original} original + {res.added} new item(s)", markup=False, highlight=False)
     if hf is not None:
-        try:
-            import datasets
-        except ImportError:
-            raise InputError("--hf", "needs the Hugging Face datasets package: pip install 'benchfill[hf]'") from None
-        datasets.disable_progress_bars()
-        records = [r.model_dump(mode="json") for r in rows]
-        for r in records:  # one column type per field for Arrow
-            r["metadata"] = json.dumps(r.get("metadata") or {})
-            r["choices"] = r.get("choices") or []
-        datasets.Dataset.from_list(records).save_to_disk(str(hf))
         con.print(f"wrote Hugging Face dataset to {hf}", markup=False, highlight=False)
-    write_json_result(json_out, {"out": str(out), "hf": None if hf is None else str(hf), "original": len(rows) - added,
-                                 "added": added, "new_items": [r.id for r in rows[len(rows) - added:]]}, note=con)
+    write_json_result(json_out, res.model_dump_json(indent=2) + "\n", note=con)
 
 
 def _open_bank(run_dir: Path):
-    from benchfill.graphs.run import MEMORY_DB
-    from benchfill.memory.bank import MemoryBank
+    from benchfill.api import _open_bank as open_bank
 
-    if not (run_dir / MEMORY_DB).exists():
-        raise InputError(str(run_dir), "not a fill run folder (no memory.sqlite)")
-    return MemoryBank(run_dir / MEMORY_DB)
+    return open_bank(run_dir)
 
 
 def _stem(path: Path) -> str:
@@ -506,14 +450,12 @@ def detect(
     strata = items, statistic = mean per-item accuracy difference B - A over rollouts."""
     from rich.table import Table
 
-    from benchfill.diagnostics.detect import detect_files
+    from benchfill import api
 
     con = result_console(json_out)
     with err_console.status(f"randomization test, {permutations:,} permutations ..."):
-        res = detect_files(
-            responses_a, responses_b, model_a=model_a, model_b=model_b, items_path=items,
-            n_permutations=permutations, seed=seed, alpha=alpha,
-        )
+        res = api.detect(responses_a, responses_b, model_a=model_a, model_b=model_b, items=items,
+                         permutations=permutations, seed=seed, alpha=alpha)
     table = Table(title=lit(f"local progress: {res.model_b} (B) vs {res.model_a} (A)"))
     table.add_column("quantity")
     table.add_column("value", justify="right")
@@ -525,7 +467,7 @@ def detect(
     verdict = "[green]yes[/]" if res.significant else "[yellow]no[/]"
     table.add_row(f"B better at alpha={res.alpha:g}", verdict)
     con.print(table)
-    write_json_result(json_out, res.as_dict(), note=con)
+    write_json_result(json_out, res.model_dump_json(indent=2) + "\n", note=con)
 
 
 # ---- evaluate ---------------------------------------------------------------------------------------------
@@ -559,13 +501,12 @@ def evaluate(
     except CallsFailed as exc:  # an outage is not an outcome: nothing counted, exit 3, a rerun retries them
         err_console.print(f"benchfill: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(CALLS_FAILED_EXIT) from None
-    from dataclasses import replace as _replace
-
     from rich.markup import escape
 
-    print_summary(con, _replace(result, first_errors=[escape(e) for e in result.first_errors],
-                                items_without_gradable_answer=[escape(i) for i in result.items_without_gradable_answer]))
-    write_json_result(json_out, result.to_json(), note=con)
+    print_summary(con, result.model_copy(update={
+        "first_errors": [escape(e) for e in result.first_errors],
+        "items_without_gradable_answer": [escape(i) for i in result.items_without_gradable_answer]}))
+    write_json_result(json_out, result.model_dump_json(indent=2) + "\n", note=con)
 
 
 # ---- place ------------------------------------------------------------------------------------------------
@@ -583,36 +524,24 @@ def place(
     """Place new items on a benchmark's difficulty scale, abilities fixed (exact quadrature): b, SD, d, d SD."""
     from rich.table import Table
 
-    from benchfill.data import load_responses
-    from benchfill.irt.placement import place_responses
-    from benchfill.irt.scale import Scale
+    from benchfill import api
 
-    sc = Scale.load(scale)
-    if guessing is not None and not 0.0 <= guessing < 1.0:
-        raise InputError(str(scale), f"--guessing {guessing}: must lie in [0, 1)")
-    resp = load_responses(responses)
-    if not prior_sd > 0:
-        raise InputError("--prior-sd", f"{prior_sd}: must be a positive number")
-    placed = place_responses(sc, resp, guessing, prior_sd)
+    placed = api.place(scale, responses, guessing=guessing, prior_sd=prior_sd)
     if placed.ignored_models:
         err_console.print(lit(f"note: ignored {len(placed.ignored_models)} model(s) not on the scale: "
                               f"{', '.join(placed.ignored_models)}"))
-    sign = "-" if sc.b_min >= 0 else "+"
-    table = Table(title=lit(f"{resp.shape[1]} item(s) placed on {scale.name} ({sc.n_draws} ability draws; "
-                            f"d = (b {sign} {abs(sc.b_min):.3f}) / {sc.span:.3f})"))
+    sign = "-" if placed.b_min >= 0 else "+"
+    table = Table(title=lit(f"{len(placed.items)} item(s) placed on {scale.name} ({placed.n_draws} ability draws; "
+                            f"d = (b {sign} {abs(placed.b_min):.3f}) / {placed.b_max - placed.b_min:.3f})"))
     for col in ("item", "b", "SD", "d", "d SD"):
         table.add_column(col, justify="left" if col == "item" else "right")
-    for rec in placed.to_records():
-        d = rec["d"]
+    for rec in placed.items:
+        d = rec.d
         d_txt = f"{d:.3f}" if 0.0 <= d <= 1.0 else f"[yellow]{d:.3f}[/] (outside)"
-        table.add_row(lit(rec["item_id"]), f"{rec['b']:.3f}", f"{rec['b_sd']:.3f}", d_txt, f"{rec['d_sd']:.3f}")
+        table.add_row(lit(rec.item_id), f"{rec.b:.3f}", f"{rec.b_sd:.3f}", d_txt, f"{rec.d_sd:.3f}")
     con = result_console(json_out)
     con.print(table)
-    write_json_result(json_out, {
-        "scale": str(scale), "responses": str(responses), "models": sc.models, "b_min": sc.b_min,
-        "b_max": sc.b_max, "n_draws": sc.n_draws, "guessing": sc.guessing if guessing is None else guessing,
-        "ignored_models": placed.ignored_models, "items": placed.to_records(),
-    }, note=con)
+    write_json_result(json_out, placed.model_dump_json(indent=2) + "\n", note=con)
 
 
 # ---- import (other harnesses' eval logs) ------------------------------------------------------------------

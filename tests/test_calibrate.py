@@ -36,7 +36,7 @@ def test_hand_case_ten_items_k4() -> None:
     w1 = sum(_seg(x, m / 4, (m + 1) / 4) for m, x in enumerate([0.1, 0.33, 0.62, 0.9]))
     assert res.w1_target_after == pytest.approx(w1)
     assert res.w1_target_after < res.w1_target_before
-    assert json.loads(json.dumps(res.as_dict()))["k"] == 4
+    assert json.loads(res.model_dump_json())["k"] == 4
 
 
 def _seg(x: float, a: float, b: float) -> float:

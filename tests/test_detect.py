@@ -107,7 +107,7 @@ def test_statistic_definition_and_gain() -> None:
     assert res2.statistic == pytest.approx(k_b2.sum() / n.sum() - k_a2.sum() / n.sum())
     assert res.gain == pytest.approx(100 * res.statistic)
     assert res.accuracy_b - res.accuracy_a == pytest.approx(res.statistic)
-    assert json.loads(json.dumps(res.as_dict()))["n_permutations"] == 10
+    assert json.loads(res.model_dump_json())["n_permutations"] == 10
 
 
 def test_seeded_and_drops_unattempted_items() -> None:

@@ -7,10 +7,10 @@ bins are visited in order and each takes the not-yet-selected item whose normali
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from benchfill.errors import InputError
 
@@ -23,8 +23,7 @@ Target = Any
 _W1_GRID = 50_000  # midpoint-rule points for W1 to a non-uniform target (error well under 1e-4 for smooth Q)
 
 
-@dataclass(frozen=True)
-class CalibrationResult:
+class CalibrationResult(BaseModel):
     """The pruned subset and how close it is to the target.
 
     All difficulties are on the normalised axis of the full benchmark (min-max over all n items), except
@@ -45,7 +44,11 @@ class CalibrationResult:
         w1_target_after: W1(empirical measure of the kept d, target), kept d on the full benchmark's axis (the axis
             the matching used).
         w1_target_after_renormalised: the same with the kept d re-normalised among themselves.
+
+    Serialised with ``model_dump`` / ``model_dump_json`` (the ``--json`` of ``benchfill calibrate``).
     """
+
+    model_config = ConfigDict(frozen=True)
 
     k: int
     n_items: int
@@ -59,9 +62,6 @@ class CalibrationResult:
     w1_target_before: float
     w1_target_after: float
     w1_target_after_renormalised: float
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def target_quantiles(target: Target, probs: np.ndarray) -> np.ndarray:

@@ -21,11 +21,11 @@ p = (1 + #{T* >= T}) / (1 + B), which is a valid p-value (the observed labelling
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 from scipy import signal, stats
 
 from benchfill.data import ResponseMatrix, load_responses
@@ -35,8 +35,7 @@ DEFAULT_PERMUTATIONS = 100_000
 _CHUNK_CELLS = 2_000_000  # permutations x items drawn at once: ~16 MB of int64, keeps memory flat for any B
 
 
-@dataclass(frozen=True)
-class DetectionResult:
+class DetectionResult(BaseModel):
     """Outcome of the randomization test.
 
     Attributes:
@@ -52,7 +51,11 @@ class DetectionResult:
             permutation; the others add a constant).
         seed: the seed of the permutation draws (None when a Generator was passed in).
         model_a, model_b: names, filled in by the response-file helpers.
+
+    Serialised with ``model_dump`` / ``model_dump_json`` (the ``--json`` of ``benchfill detect``).
     """
+
+    model_config = ConfigDict(frozen=True)
 
     statistic: float
     p_value: float
@@ -67,9 +70,6 @@ class DetectionResult:
     seed: int | None
     model_a: str | None = None
     model_b: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _counts(name: str, x: np.ndarray | Sequence[int]) -> np.ndarray:
@@ -302,7 +302,7 @@ def detect_models(
     res = randomization_test(
         a.n_correct[ja, ia], na, b.n_correct[jb, ib], nb, n_permutations=n_permutations, seed=seed, alpha=alpha
     )
-    return replace(res, model_a=a.models[ja], model_b=b.models[jb])
+    return res.model_copy(update={"model_a": a.models[ja], "model_b": b.models[jb]})
 
 
 def detect_files(

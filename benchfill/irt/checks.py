@@ -5,10 +5,10 @@ Each check is a :class:`Check` with a pass/fail, the figure it measured and the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from benchfill.data import ResponseMatrix
 from benchfill.irt.model import IRTFit, probability
@@ -22,9 +22,14 @@ M1_MAX_RHAT = 1.01
 M2_MIN_ESS = 400.0
 
 
-@dataclass(frozen=True)
-class Check:
-    """One diagnostic check. ``passed`` is None when the check could not run (e.g. MCMC checks on a MAP fit)."""
+class Check(BaseModel):
+    """One diagnostic check. ``passed`` is None when the check could not run (e.g. MCMC checks on a MAP fit).
+
+    Serialised with ``model_dump`` / ``model_dump_json``: a value that is not finite (a check that did not run)
+    is written as null. Positional construction ``Check(name, description, passed, value, threshold, comparison,
+    details)`` is kept."""
+
+    model_config = ConfigDict(frozen=True)
 
     name: str
     description: str
@@ -32,18 +37,21 @@ class Check:
     value: float
     threshold: float
     comparison: str  # how value is held to threshold: "<=", ">=", "=="
-    details: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = Field(default_factory=dict)
+
+    def __init__(self, name: str, description: str, passed: bool | None = None, value: float = float("nan"),
+                 threshold: float = 0.0, comparison: str = "==", details: dict[str, Any] | None = None,
+                 **kw: Any) -> None:
+        super().__init__(name=name, description=description, passed=passed, value=value, threshold=threshold,
+                         comparison=comparison, details=details or {}, **kw)
+
+    @field_serializer("value")
+    def _finite_or_null(self, value: float) -> float | None:
+        return float(value) if np.isfinite(value) else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "description": self.description,
-            "passed": self.passed,
-            "value": None if not np.isfinite(self.value) else float(self.value),
-            "threshold": self.threshold,
-            "comparison": self.comparison,
-            "details": self.details,
-        }
+        """``model_dump()`` (kept for callers of the earlier name)."""
+        return self.model_dump()
 
 
 def check_r1_complete(responses: ResponseMatrix) -> Check:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from pydantic import BaseModel
 from threadpoolctl import threadpool_limits
 
 from benchfill.data import ResponseMatrix
@@ -45,12 +46,21 @@ class Placement:
     item_ids: list[str] = field(default_factory=list)
     ignored_models: list[str] = field(default_factory=list)
 
-    def to_records(self) -> list[dict[str, object]]:
+    def placed_items(self) -> list["PlacedItem"]:
+        """One pydantic :class:`PlacedItem` per item (its ``model_dump`` is the item's JSON record)."""
         ids = self.item_ids or [str(i) for i in range(len(self.b_mean))]
-        return [
-            {"item_id": i, "b": float(b), "b_sd": float(s), "d": float(d), "d_sd": float(ds)}
-            for i, b, s, d, ds in zip(ids, self.b_mean, self.b_sd, self.d, self.d_sd)
-        ]
+        return [PlacedItem(item_id=i, b=float(b), b_sd=float(s), d=float(d), d_sd=float(ds))
+                for i, b, s, d, ds in zip(ids, self.b_mean, self.b_sd, self.d, self.d_sd)]
+
+
+class PlacedItem(BaseModel):
+    """One placed item: b and its SD in logits, d and its SD on the benchmark's normalised axis."""
+
+    item_id: str
+    b: float
+    b_sd: float
+    d: float
+    d_sd: float
 
 
 def _validate(scale: Scale, n_correct: np.ndarray, n_trials: np.ndarray, guessing) -> tuple[np.ndarray, ...]:

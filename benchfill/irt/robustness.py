@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, computed_field
 from scipy import stats
 from scipy.special import gammaln
 
@@ -13,36 +14,35 @@ from benchfill.irt.fit import fit_irt
 from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings
 
 
-@dataclass(frozen=True)
-class LeaveOneOut:
-    """Agreement of b (posterior means) between the full fit and each refit without one model."""
+class LeaveOneOut(BaseModel):
+    """Agreement of b (posterior means) between the full fit and each refit without one model. ``model_dump``
+    includes the means and worst cases."""
+
+    model_config = ConfigDict(frozen=True)
 
     dropped: list[str]
     pearson: list[float]
     spearman: list[float]
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def mean_pearson(self) -> float:
         return float(np.mean(self.pearson))
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def worst_pearson(self) -> float:
         return float(np.min(self.pearson))
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def mean_spearman(self) -> float:
         return float(np.mean(self.spearman))
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def worst_spearman(self) -> float:
         return float(np.min(self.spearman))
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            **asdict(self),
-            "mean_pearson": self.mean_pearson, "worst_pearson": self.worst_pearson,
-            "mean_spearman": self.mean_spearman, "worst_spearman": self.worst_spearman,
-        }
 
 
 def leave_one_model_out(
@@ -60,12 +60,14 @@ def leave_one_model_out(
         fit = fit_irt(responses.subset(models=keep), spec, replace(settings, seed=settings.seed + k + 1))
         pearson.append(float(stats.pearsonr(ref, fit.b_mean)[0]))
         spearman.append(float(stats.spearmanr(ref, fit.b_mean)[0]))
-    return LeaveOneOut(list(responses.models), pearson, spearman)
+    return LeaveOneOut(dropped=list(responses.models), pearson=pearson, spearman=spearman)
 
 
-@dataclass(frozen=True)
-class BICComparison:
-    """BIC = k ln(n) - 2 ln L at the MAP; n = Bernoulli trials, k = free parameters. Lower is preferred."""
+class BICComparison(BaseModel):
+    """BIC = k ln(n) - 2 ln L at the MAP; n = Bernoulli trials, k = free parameters. Lower is preferred
+    (``preferred``, included in ``model_dump``)."""
+
+    model_config = ConfigDict(frozen=True)
 
     n_observations: int
     loglik_1pl: float
@@ -75,12 +77,10 @@ class BICComparison:
     bic_1pl: float
     bic_2pl: float
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def preferred(self) -> str:
         return "1pl" if self.bic_1pl <= self.bic_2pl else "2pl"
-
-    def as_dict(self) -> dict[str, object]:
-        return {**asdict(self), "preferred": self.preferred}
 
 
 def compare_1pl_2pl(responses: ResponseMatrix, guessing: np.ndarray | None = None, seed: int = 0) -> BICComparison:
@@ -95,4 +95,5 @@ def compare_1pl_2pl(responses: ResponseMatrix, guessing: np.ndarray | None = Non
     kc, nt = responses.n_correct, responses.n_trials
     const = float((gammaln(nt + 1) - gammaln(kc + 1) - gammaln(nt - kc + 1)).sum())
     l1, l2 = float(one.log_likelihood_max) + const, float(two.log_likelihood_max) + const
-    return BICComparison(n, l1, l2, k1, k2, k1 * np.log(n) - 2 * l1, k2 * np.log(n) - 2 * l2)
+    return BICComparison(n_observations=n, loglik_1pl=l1, loglik_2pl=l2, k_1pl=k1, k_2pl=k2,
+                         bic_1pl=k1 * np.log(n) - 2 * l1, bic_2pl=k2 * np.log(n) - 2 * l2)

@@ -26,9 +26,11 @@ import asyncio
 import csv
 import io
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+from pydantic import BaseModel, Field, model_serializer
 
 from benchfill.aio import run_sync
 from benchfill.data import Item, load_items
@@ -46,6 +48,9 @@ SKIPPED = "skipped.csv"
 SUMMARY = "summary.json"
 
 
+SIMULATED_LABEL = "SIMULATED: answers come from the offline simulated world, not from real models"
+
+
 @dataclass
 class Progress:
     """Counters a progress display reads; ``on_update`` is called after every graded answer."""
@@ -58,9 +63,9 @@ class Progress:
     on_update: Callable[["Progress", CallResult | None], None] | None = None
 
 
-@dataclass
-class EvaluationResult:
-    """What ``evaluate`` did (also written to ``summary.json``)."""
+class EvaluationResult(BaseModel):
+    """What ``evaluate`` did. ``model_dump`` / ``model_dump_json`` give ``summary.json`` (and the ``--json`` of
+    ``benchfill evaluate``): ``failure_errors`` left out, and for a simulated run a ``label`` saying so first."""
 
     out_dir: str
     responses_path: str
@@ -81,19 +86,18 @@ class EvaluationResult:
     tokens_out: int
     cost: float
     accuracy: dict[str, float | None]
-    items_without_gradable_answer: list[str] = field(default_factory=list)
-    first_errors: list[str] = field(default_factory=list)
-    wrong_form: dict[str, dict[str, int]] = field(default_factory=dict)
+    items_without_gradable_answer: list[str] = Field(default_factory=list)
+    first_errors: list[str] = Field(default_factory=list)
+    wrong_form: dict[str, dict[str, int]] = Field(default_factory=dict)
     failed_calls: int = 0
     complete: bool = True
-    failure_errors: list[str] = field(default_factory=list, repr=False)
+    failure_errors: list[str] = Field(default_factory=list, repr=False, exclude=True)
 
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.pop("failure_errors", None)
+    @model_serializer(mode="wrap")
+    def _labelled(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
         if self.simulated:
-            data = {"label": "SIMULATED: answers come from the offline simulated world, not from real models",
-                    **data}
+            data = {"label": SIMULATED_LABEL, **data}
         return data
 
 
@@ -265,7 +269,7 @@ def _write_outputs(out: Path, items: Sequence[Item], config: RunConfig, n_roll: 
         wrong_form={k: dict(sorted(v.items())) for k, v in sorted((wrong_form or {}).items()) if v},
         failed_calls=len(failures), complete=not failures, failure_errors=list(failures),
     )
-    summary = result.to_json()
+    summary = result.model_dump()
     # run-specific counters (calls made now vs cached) change between a run and its rerun; they go in the
     # summary, never in responses.csv, which stays byte-identical.
     atomic_write_json(out / SUMMARY, summary)
