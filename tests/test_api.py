@@ -65,3 +65,86 @@ def test_evaluate_and_fill_work_inside_a_running_event_loop(examples, tmp_path):
 async def _fill_in_loop(examples, tmp_path):
     return bf.fill(examples / "math500.items.jsonl", examples / "math500_k4.responses.csv.gz",
                    examples / "fill_sim.toml", tmp_path / "fill", gaps=1, sampler="map")
+
+
+# ---- one serialisation: every API result is a pydantic model; the CLI's --json is its model_dump_json ----------
+
+
+def _cli(*args):
+    from typer.testing import CliRunner
+
+    from benchfill.cli import app
+
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    assert res.exit_code == 0, res.output
+    return res
+
+
+def _assert_cli_json_is_the_models(path, result):
+    from pydantic import BaseModel
+
+    assert isinstance(result, BaseModel)
+    assert path.read_text() == result.model_dump_json(indent=2) + "\n"
+
+
+def test_detect_calibrate_place_from_python_equal_the_cli_json(examples, tmp_path):
+    from benchfill import api
+
+    rows_a = ["model,item_id,n_correct,n_trials"] + [f"ck1,q{i},2,32" for i in range(10)]
+    rows_b = ["model,item_id,n_correct,n_trials"] + [f"ck2,q{i},30,32" for i in range(10)]
+    (tmp_path / "a.csv").write_text("\n".join(rows_a) + "\n")
+    (tmp_path / "b.csv").write_text("\n".join(rows_b) + "\n")
+    det = api.detect(tmp_path / "a.csv", tmp_path / "b.csv", permutations=2000)
+    assert det.significant and det.model_b == "ck2"
+    _cli("detect", tmp_path / "a.csv", tmp_path / "b.csv", "--permutations", 2000, "--json", tmp_path / "d.json")
+    _assert_cli_json_is_the_models(tmp_path / "d.json", det)
+
+    resp = bf.load_responses(examples / "math500.responses.csv.gz", models=12)
+    dx = bf.diagnose(resp.subset(items=resp.item_ids[:60]), sampler="map")
+    dx.save(tmp_path / "dx")
+    cal = api.calibrate(tmp_path / "dx" / "diagnosis.json", 10, target="beta:2,2")
+    assert cal.k == 10 and len(cal.item_ids) == 10
+    _cli("calibrate", tmp_path / "dx" / "diagnosis.json", "--k", 10, "--target", "beta:2,2", "--json",
+         tmp_path / "c.json")
+    _assert_cli_json_is_the_models(tmp_path / "c.json", cal)
+
+    new = resp.subset(items=resp.item_ids[60:63]).to_long()
+    new.to_csv(tmp_path / "new.csv", index=False)
+    placed = api.place(tmp_path / "dx" / "diagnosis.scale.npz", tmp_path / "new.csv")
+    assert [p.item_id for p in placed.items] == list(resp.item_ids[60:63])
+    _cli("place", tmp_path / "new.csv", "--scale", tmp_path / "dx" / "diagnosis.scale.npz", "--json",
+         tmp_path / "p.json")
+    _assert_cli_json_is_the_models(tmp_path / "p.json", placed)
+    data = json.loads((tmp_path / "p.json").read_text())  # the field names users rely on
+    assert {"scale", "responses", "models", "b_min", "b_max", "n_draws", "guessing", "ignored_models",
+            "items"} <= set(data) and set(data["items"][0]) == {"item_id", "b", "b_sd", "d", "d_sd"}
+
+
+def test_result_types_are_pydantic_with_their_json_field_names():
+    from pydantic import BaseModel
+
+    from benchfill.irt.checks import Check
+    from benchfill.irt.robustness import BICComparison, LeaveOneOut
+    from benchfill.models.evaluate import EvaluationResult
+
+    loo = LeaveOneOut(dropped=["a", "b"], pearson=[0.9, 0.7], spearman=[0.8, 0.6])
+    assert isinstance(loo, BaseModel)
+    assert loo.model_dump()["worst_pearson"] == 0.7 and loo.model_dump()["mean_spearman"] == pytest.approx(0.7)
+    bic = BICComparison(n_observations=10, loglik_1pl=-5, loglik_2pl=-4, k_1pl=3, k_2pl=5, bic_1pl=1, bic_2pl=2)
+    assert json.loads(bic.model_dump_json())["preferred"] == "1pl"
+    chk = Check("M1", "max R-hat", None, float("nan"), 1.01, "<=", {"reason": "MAP"})
+    assert json.loads(chk.model_dump_json()) == {"name": "M1", "description": "max R-hat", "passed": None,
+                                                 "value": None, "threshold": 1.01, "comparison": "<=",
+                                                 "details": {"reason": "MAP"}}
+    ev = EvaluationResult(out_dir="o", responses_path="r", calls_path="c", simulated=True, n_items=1, models=["m"],
+                          rollouts={"m": 1}, answers=1, counted=1, correct=1, skipped={}, call_errors=0,
+                          calls_made=1, cached=0, retries=0, tokens_in=1, tokens_out=1, cost=0.0,
+                          accuracy={"m": 1.0}, failure_errors=["x"])
+    dumped = json.loads(ev.model_dump_json())
+    assert list(dumped)[0] == "label" and "SIMULATED" in dumped["label"] and "failure_errors" not in dumped
+
+
+def test_designers_card_json_to_stdout(examples, tmp_path):
+    res = _cli("designers", "card", examples / "math500.items.jsonl", "--out", tmp_path / "card.yaml", "--json", "-")
+    card = json.loads(res.stdout)
+    assert card["n_items"] == 500 and card["ontology"]

@@ -15,7 +15,7 @@ from typing import List, Optional
 
 import typer
 
-from benchfill.cli_support import console, friendly_errors
+from benchfill.cli_support import console, friendly_errors, result_console, write_json_result
 from benchfill.errors import InputError
 
 designers_app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -34,6 +34,7 @@ def card_cmd(
     language: Optional[str] = typer.Option(None, help="ISO 639-1 language code (default: detected)"),
     max_categories: int = typer.Option(8, help="super-categories of the keyword fallback"),
     examples: int = typer.Option(12, help="example items in the card"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the card as JSON (- = stdout)"),
 ) -> None:
     """Extract a domain card: ontology with counts, glossary, examples, formats, levels, modality, language."""
     from benchfill.designers.card import build_card
@@ -50,10 +51,12 @@ def card_cmd(
     t.add_column("sub-domains")
     for node in card.ontology:
         t.add_row(node.name, str(node.count), ", ".join(f"{s.name} ({s.count})" for s in node.subdomains))
-    console.print(t)
-    console.print(f"formats {card.formats}; levels {card.difficulty_levels or 'unknown'}; "
-                  f"{len(card.glossary)} glossary terms; {len(card.examples)} examples ({card.method.get('categories')})")
-    console.print(f"wrote {out}")
+    con = result_console(json_out)
+    con.print(t)
+    con.print(f"formats {card.formats}; levels {card.difficulty_levels or 'unknown'}; "
+              f"{len(card.glossary)} glossary terms; {len(card.examples)} examples ({card.method.get('categories')})")
+    con.print(f"wrote {out}")
+    write_json_result(json_out, card.model_dump_json(indent=2) + "\n", note=con)
 
 
 @designers_app.command("run")
@@ -73,14 +76,12 @@ def run_cmd(
     seed_limit: Optional[int] = typer.Option(None, "--seed-limit", help="answer only the first N seed items"),
     irt: Optional[str] = typer.Option(None, "--irt", help="IRT inference for the joint difficulty scale: map "
                                                           "(default), fast, pymc, nutpie"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="also copy report.json here"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write report.json's content here (- = stdout)"),
 ) -> None:
     """Every designer writes a quota-controlled suite; every answerer answers every item; checks and the judge
     build the core set; the leaderboard, report.json, matrix.csv and heatmap.png go to the run folder."""
     from benchfill.designers.pipeline import SIM_NOTE, run_designers
     from benchfill.designers.report import across_table, calibration_table, leaderboard_table, preference_table
-    from benchfill.io import atomic_write_json
-
     if irt is not None and irt not in ("map", "fast", "pymc", "nutpie"):
         raise InputError("--irt", f"{irt!r}: choose map, fast, pymc or nutpie")
     if seed_limit is not None and seed_limit < 1:
@@ -90,26 +91,26 @@ def run_cmd(
     from benchfill.designers.quotas import load_quotas, quota_warnings
 
     for line in quota_warnings(load_quotas(quotas), str(quotas)):
-        console.print(f"[yellow]warning: {escape(line)}[/]", highlight=False)
+        result_console(json_out).print(f"[yellow]warning: {escape(line)}[/]", highlight=False)
     with console.status("designer evaluation ...") as status:
         result = run_designers(card, quotas, config, out, seed_responses=seed_responses, seed_items=seed_items,
                                seed_limit=seed_limit, irt=irt, log=lambda m: status.update(m))
     report = result.report
+    con = result_console(json_out)
     if report.get("simulated"):
-        console.print(f"[bold yellow]{SIM_NOTE}[/]")
-    console.print(leaderboard_table(report))
-    console.print(preference_table(report))
-    console.print(calibration_table(report))
-    console.print(across_table(report))
+        con.print(f"[bold yellow]{SIM_NOTE}[/]")
+    con.print(leaderboard_table(report))
+    con.print(preference_table(report))
+    con.print(calibration_table(report))
+    con.print(across_table(report))
     if report.get("seed") is None:
-        console.print("[yellow]no seed-benchmark accuracies: ranking preservation (tau) not computed[/]")
-    if json_out is not None:
-        atomic_write_json(json_out, report)
+        con.print("[yellow]no seed-benchmark accuracies: ranking preservation (tau) not computed[/]")
+    write_json_result(json_out, report, note=con)
     u = result.usage
     skipped = f"; stages reused: {', '.join(result.skipped_stages)}" if result.skipped_stages else ""
-    console.print(f"calls made {u['calls_made']}, cached {u['cached']}, errors {u['errors']}, cost ${u['cost']:.4f}"
-                  f"{skipped}")
-    console.print(f"wrote {out}/report.json, matrix.csv, heatmap.png, core.jsonl")
+    con.print(f"calls made {u['calls_made']}, cached {u['cached']}, errors {u['errors']}, cost ${u['cost']:.4f}"
+              f"{skipped}")
+    con.print(f"wrote {out}/report.json, matrix.csv, heatmap.png, core.jsonl")
 
 
 @designers_app.command("rewriters")
@@ -118,14 +119,11 @@ def rewriters_cmd(
     runs: List[Path] = typer.Argument(..., help="fill run folders (each with memory.sqlite)"),
     method: str = typer.Option("benchfill", help="which search's gaps to score (benchfill, baseline)"),
     tolerance: Optional[float] = typer.Option(None, help="|d - t| that counts as on target (default: each run's)"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="write the report as JSON here"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="write the report as JSON here (- = stdout)"),
 ) -> None:
     """Rank BenchFill rewriters like designers: gap-fill success, mean deviation |d - t|, cost per filled gap."""
     from benchfill.designers.rewriters import rewriter_report, rewriter_table
-    from benchfill.io import atomic_write_json
-
     report = rewriter_report(runs, method=method, tolerance=tolerance)
-    console.print(rewriter_table(report))
-    if json_out is not None:
-        atomic_write_json(json_out, report)
-        console.print(f"wrote {json_out}")
+    con = result_console(json_out)
+    con.print(rewriter_table(report))
+    write_json_result(json_out, report, note=con)
