@@ -11,8 +11,9 @@ _os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 __version__ = "0.1.0"
 
 # The Python API (benchfill.api), imported on first use so that `import benchfill` stays light.
-__all__ = ["load_responses", "diagnose", "suite", "place", "fill", "fill_async", "evaluate", "evaluate_async",
-           "Diagnosis", "__version__"]
+__all__ = ["load_responses", "diagnose", "suite", "place", "calibrate", "detect", "load_diagnosis", "fill",
+           "fill_async", "evaluate", "evaluate_async", "export", "review_queue", "review_item", "vote", "Diagnosis",
+           "__version__"]
 
 
 def __getattr__(name: str):
