@@ -17,7 +17,7 @@ import asyncio
 from pathlib import Path
 from typing import Any, Sequence
 
-from pydantic import BaseModel, RootModel
+from pydantic import BaseModel, Field, RootModel
 
 from benchfill.aio import run_sync
 from benchfill.data import Item, ResponseMatrix
@@ -84,6 +84,36 @@ class SuiteRow(BaseModel):
     diagnosis: Diagnosis
 
 
+class SuiteEntry(BaseModel):
+    """One benchmark's line of a suite's ``summary.json``: the headline figures of its diagnosis."""
+
+    benchmark: str
+    n_items: int
+    ddm: float
+    ddm_sd: float | None
+    max_gap: float
+    max_gap_sd: float | None
+    top5_sum: float
+    top5_sum_sd: float | None
+    posterior: dict[str, Any] | None
+    null: dict[str, Any] | None
+    resolution: dict[str, Any] | None
+    uniform_baseline_ratio: float
+    flags: dict[str, bool]
+    verdicts: dict[str, str]
+    checks_passed: int
+    checks_run: int
+    json_path: str | None = Field(None, serialization_alias="json")
+
+
+class SuiteSummary(BaseModel):
+    """What ``benchfill suite`` writes as ``summary.json`` (and prints with ``--json``)."""
+
+    source: str
+    n_models: int
+    benchmarks: list[SuiteEntry]
+
+
 class Suite(BaseModel):
     """One diagnosis per benchmark of a suite (Table 1)."""
 
@@ -91,18 +121,34 @@ class Suite(BaseModel):
     n_models: int
     benchmarks: list[SuiteRow]
 
-    def save(self, folder: str | Path) -> Path:
-        """One folder per benchmark (diagnosis.json / .png / .scale.npz) and ``summary.json``."""
-        import re
+    def summary(self) -> SuiteSummary:
+        return SuiteSummary(source=self.source, n_models=self.n_models, benchmarks=[
+            SuiteEntry(benchmark=r.benchmark, n_items=d.n_items, ddm=d.ddm, ddm_sd=d.ddm_sd, max_gap=d.max_gap,
+                       max_gap_sd=d.max_gap_sd, top5_sum=d.top5_sum, top5_sum_sd=d.top5_sum_sd,
+                       posterior=None if d.posterior is None else {k: v.model_dump() for k, v in d.posterior.items()},
+                       null=d.null.model_dump() if d.null else None,
+                       resolution=d.resolution.model_dump() if d.resolution else None,
+                       uniform_baseline_ratio=d.uniform_baseline_ratio, flags=d.flags, verdicts=d.verdicts,
+                       checks_passed=d.checks_passed, checks_run=sum(c.passed is not None for c in d.checks),
+                       json_path=d.files.get("json"))
+            for r, d in ((r, r.diagnosis) for r in self.benchmarks)])
 
+    def save(self, folder: str | Path) -> Path:
+        """One folder per benchmark (diagnosis.json / .png / .scale.npz) and ``summary.json``; returns its path."""
         from benchfill.io import atomic_write_text
 
         folder = Path(folder)
         for row in self.benchmarks:
-            safe = re.sub(r"[^A-Za-z0-9._-]+", "_", row.benchmark).strip("_") or "group"
-            row.diagnosis.save(folder / safe)
-        return atomic_write_text(folder / "summary.json", self.model_dump_json(indent=2, exclude={
-            "benchmarks": {"__all__": {"diagnosis": {"items", "models", "checks", "theory"}}}}) + "\n")
+            row.diagnosis.save(folder / safe_name(row.benchmark))
+        return atomic_write_text(folder / "summary.json",
+                                 self.summary().model_dump_json(indent=2, by_alias=True) + "\n")
+
+
+def safe_name(name: str) -> str:
+    """A benchmark's name as a folder name."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "group"
 
 
 def suite(responses: ResponseMatrix | Any, *, by: str = "benchmark", items_table: str | Path | None = None,

@@ -176,48 +176,28 @@ def suite(
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the summary as JSON (- = stdout)"),
 ) -> None:
     """Table-1-style summary of a suite: one IRT fit and diagnosis per benchmark."""
-    from benchfill.data import item_groups
+    from rich.markup import escape
+
+    from benchfill import api
     from benchfill.diagnostics.render import suite_table
-    from benchfill.io import atomic_write_json
 
     _check_fit_options(sampler, chains, tune, draws, None, choices)
     con = result_console(json_out)
     resp, _ = _panel(responses, None, models, models_file)
     _selection_note(resp)
-    groups = item_groups(resp, by, items_table)
-    rows = []
-    for name, ids in groups.items():
-        dg = _run_diagnosis(resp.subset(items=ids), None, None, choices, sampler, chains, tune, draws, seed, False,
-                            status_console=err_console)
-        dg.save(out / _safe_name(name))
-        rows.append((name, dg))
+
+    def progress(name, dg) -> None:
         con.print(f"{name}: {dg.n_items} items, plug-in DDM {dg.ddm:.3f}, max gap {dg.max_gap:.3f} "
                   f"({dg.sampler.wall_time_s:.1f} s)", style="dim", markup=False, highlight=False)
-    summary = [
-        {"benchmark": name, "n_items": dg.n_items, "ddm": dg.ddm, "ddm_sd": dg.ddm_sd, "max_gap": dg.max_gap,
-         "max_gap_sd": dg.max_gap_sd, "top5_sum": dg.top5_sum, "top5_sum_sd": dg.top5_sum_sd,
-         "posterior": {k: v.model_dump() for k, v in (dg.posterior or {}).items()},
-         "null": dg.null.model_dump() if dg.null else None,
-         "resolution": dg.resolution.model_dump() if dg.resolution else None,
-         "uniform_baseline_ratio": dg.uniform_baseline_ratio, "flags": dg.flags, "verdicts": dg.verdicts,
-         "checks_passed": dg.checks_passed, "checks_run": sum(c.passed is not None for c in dg.checks),
-         "json": dg.files["json"]}
-        for name, dg in rows
-    ]
-    result = {"source": str(responses), "n_models": resp.shape[0], "benchmarks": summary}
-    atomic_write_json(out / "summary.json", result)
-    from rich.markup import escape
 
-    con.print(suite_table([(escape(str(n)), d) for n, d in rows],
-                          escape(f"{responses.name}: {resp.shape[0]} models, {len(rows)} benchmarks")))
-    write_json_result(json_out, result, note=con)
-    con.print(f"wrote {out / 'summary.json'} and one folder per benchmark", markup=False, highlight=False)
-
-
-def _safe_name(name: str) -> str:
-    import re
-
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "group"
+    with err_console.status(f"fitting one IRT model per benchmark of {responses.name} ..."):
+        result = api.suite(resp, by=by, items_table=items_table, sampler=sampler, chains=chains, tune=tune,
+                           draws=draws, seed=seed, choices=choices, on_benchmark=progress)
+    summary_path = result.save(out)
+    con.print(suite_table([(escape(r.benchmark), r.diagnosis) for r in result.benchmarks],
+                          escape(f"{responses.name}: {resp.shape[0]} models, {len(result.benchmarks)} benchmarks")))
+    write_json_result(json_out, result.summary().model_dump(mode="json", by_alias=True), note=con)
+    con.print(f"wrote {summary_path} and one folder per benchmark", markup=False, highlight=False)
 
 
 @app.command()
