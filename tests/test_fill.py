@@ -80,6 +80,31 @@ def test_graph_has_one_node_per_step_and_a_loop_back():
     assert all((a, b) in edges for a, b in zip(chain, chain[1:]))
 
 
+def test_langgraph_json_names_a_graph_that_langgraph_tools_can_load():
+    """langgraph.json -> a module-level compiled graph without a checkpointer (LangGraph's dev server refuses a
+    custom one), whose nodes take the state and the typed runtime context; no crash hook in production code."""
+    import importlib.util
+    import inspect
+
+    import benchfill.graphs.fill as fill_graph
+
+    root = Path(__file__).resolve().parents[1]
+    spec = json.loads((root / "langgraph.json").read_text())
+    file, _, attr = spec["graphs"]["benchfill"].partition(":")
+    loader = importlib.util.spec_from_file_location("studio_entry", root / file)
+    module = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(module)
+    graph = getattr(module, attr)
+    assert graph.checkpointer is None and graph.context_schema is fill_graph.FillContext
+    assert sorted(n for n in graph.get_graph().nodes if not n.startswith("__")) == sorted(NODES)
+    for name, fn in fill_graph.NODE_FUNCTIONS.items():
+        assert fn.__module__ == fill_graph.__name__ and fn.__qualname__ == fn.__name__, name  # not a closure
+        assert list(inspect.signature(fn).parameters) == ["state", "runtime"], name
+    for src in (fill_graph.__file__, fill_graph.__file__.replace("fill.py", "run.py")):
+        text = Path(src).read_text()
+        assert "BENCHFILL_CRASH_AT" not in text and "_exit" not in text, src
+
+
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
     folder = tmp_path_factory.mktemp("bench")
@@ -151,6 +176,21 @@ def test_trace_review_export(finished_run, tmp_path):
     assert len(datasets.load_from_disk(str(hf))) == 41
     bad = runner.invoke(app, ["review", str(out), "--approve", "nope", "--reviewer", "x"])
     assert bad.exit_code == 2
+
+
+def test_progress_events_come_through_langgraphs_custom_stream(tmp_path, bench):
+    from benchfill import api
+    from benchfill.graphs.fill import FillContext
+
+    assert "on_event" not in FillContext.__dataclass_fields__  # no private callback in the nodes' context
+    items, resp = bench
+    events: list[dict] = []
+    api.fill(items, resp, write_config(tmp_path, max_rounds=1), tmp_path / "out", models=6, gaps=1, sampler="map",
+             on_event=events.append)
+    nodes = [e["node"] for e in events]
+    assert nodes[:2] == ["propose_gaps", "seed_memory"] and nodes[-1] == "finalize", nodes
+    assert {"rewrite", "validate", "label", "place"} <= set(nodes)
+    assert all({"method", "gap", "calls", "cost"} <= set(e) for e in events) and events[-1]["calls"] > 0
 
 
 def test_tolerance_stop_and_round_cap(tmp_path, bench):
@@ -262,10 +302,63 @@ def test_malformed_rewriter_output_is_reasked_then_dropped(tmp_path, bench, stub
 # ---- resume after a crash inside every node -----------------------------------------------------------------
 
 
+CRASH_AT = "BENCHFILL_CRASH_AT"  # read by the tests' crash hook only, never by benchfill itself
+
+
+def install_crash_hook(spec: str) -> None:
+    """A kill -9 at a chosen point, for the resume tests (installed in the CLI's process by :func:`_cli`).
+
+    ``node[:n]`` wraps that node's function (``NODE_FUNCTIONS``, before the graph is built) so that inside its n-th
+    run the process exits at once (code 137) when the node first writes to the memory bank, i.e. after its model
+    calls and before its writes, or, for a node that writes nothing, when it returns, before its checkpoint.
+    ``start`` exits after the bank was created, before the diagnosis; ``diagnosis`` after the IRT fit, before the
+    diagnosis is written."""
+    import functools
+
+    import benchfill.graphs.fill as fill_graph
+    import benchfill.graphs.run as fill_run
+    from benchfill.memory.bank import MemoryBank
+
+    name, _, nth = spec.partition(":")
+    if name == "start":
+        fill_run.FillRun._diagnosis = lambda self, *a, **k: os._exit(137)
+        return
+    if name == "diagnosis":
+        fit = fill_run.diagnose
+        fill_run.diagnose = lambda *a, **k: (fit(*a, **k), os._exit(137))
+        return
+    armed, runs = [False], [0]
+    for method in ("set_seeds", "record_usage", "upsert_gap", "upsert_candidates", "update_candidate"):
+        def write(self, *a, _real=getattr(MemoryBank, method), **k):
+            if armed[0]:
+                os._exit(137)
+            return _real(self, *a, **k)
+
+        setattr(MemoryBank, method, write)
+    node = fill_graph.NODE_FUNCTIONS[name]
+
+    @functools.wraps(node)
+    def crashing(state, runtime):
+        runs[0] += 1
+        armed[0] = runs[0] == int(nth or 1)
+        out = node(state, runtime)
+        if armed[0]:
+            os._exit(137)
+        return out
+
+    fill_graph.NODE_FUNCTIONS[name] = crashing
+
+
+_CRASH_MAIN = (f"import os, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+               f"from test_fill import install_crash_hook; install_crash_hook(os.environ[{CRASH_AT!r}]); "
+               "from benchfill.cli import main; sys.exit(main())")
+
+
 def _cli(args: list[str], env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The CLI in a fresh process; with ``BENCHFILL_CRASH_AT`` in ``env_extra``, under the crash hook."""
     env = {**os.environ, **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "benchfill.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=600)
+    entry = ["-c", _CRASH_MAIN] if env.get(CRASH_AT) else ["-m", "benchfill.cli"]
+    return subprocess.run([sys.executable, *entry, *args], capture_output=True, text=True, env=env, timeout=600)
 
 
 def _chosen(out: Path) -> list[tuple]:

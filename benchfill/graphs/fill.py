@@ -10,6 +10,11 @@ through the call cache. LangGraph's SQLite checkpointer saves the state after ea
 crash is re-run from its start on resume, and since its model calls come from the cache and its writes are upserts,
 the resumed run ends exactly where an unbroken one would.
 
+The nodes are module-level functions of the state and LangGraph's runtime: what is not state (the benchmark, its
+scale, the models, the bank) is the run's :class:`FillContext`, the graph's ``context_schema``, passed as
+``context=`` when the graph runs. Progress events go out on LangGraph's custom stream (``stream_mode="custom"``).
+:func:`studio_graph` (``langgraph.json``) is the same graph compiled without a checkpointer, for LangGraph's tools.
+
 The same graph runs the budget-matched baseline (``method="baseline"``): parents are always the existing items
 nearest the target, the rewriter gets no target and no references (no difficulty feedback), and it runs exactly the
 rounds BenchFill used on that gap.
@@ -18,11 +23,13 @@ rounds BenchFill used on that gap.
 from __future__ import annotations
 
 import asyncio
-import os
+import functools
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
+
+from langgraph.runtime import Runtime
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -48,7 +55,6 @@ from benchfill.models.prompts import PromptLibrary, rewrite_messages, validity_m
 Method = Literal["benchfill", "baseline"]
 NODES = ("propose_gaps", "seed_memory", "select_parents", "rewrite", "validate", "label", "place", "stop",
          "finalize")
-CRASH_ENV = "BENCHFILL_CRASH_AT"  # "node" or "node:n": exit hard inside that node's n-th run (resume tests)
 
 
 class FillState(BaseModel):
@@ -75,7 +81,8 @@ class FillState(BaseModel):
 
 @dataclass
 class FillContext:
-    """Everything the nodes need that is not state: the benchmark, its scale, the models and the bank."""
+    """Everything the nodes need that is not state: the benchmark, its scale, the models and the bank. The graph's
+    ``context_schema``: a node receives it as ``runtime.context`` (it is never checkpointed)."""
 
     items: list[Item]  # the benchmark's items, in the scale's item order
     d: np.ndarray  # (I,) their normalised difficulties
@@ -87,8 +94,6 @@ class FillContext:
     client: SyncModelClient
     prompts: PromptLibrary
     label_dir: Path
-    on_event: Callable[[dict[str, Any]], None] | None = None
-    _entries: dict[str, int] = field(default_factory=dict)
     usage: dict[str, float] = field(default_factory=lambda: {"calls": 0, "cached": 0, "tokens": 0, "cost": 0.0})
 
     def __post_init__(self) -> None:
@@ -100,23 +105,6 @@ class FillContext:
         self.usage["cached"] += int(result.cached)
         self.usage["tokens"] += result.tokens_in + result.tokens_out
         self.usage["cost"] += result.cost or 0.0
-
-    def emit(self, **event: Any) -> None:
-        if self.on_event is not None:
-            self.on_event({**event, **self.usage})
-
-    def maybe_crash(self, node: str) -> None:
-        """Test hook: with BENCHFILL_CRASH_AT=node[:n], exit at once (like kill -9) inside that node's n-th run,
-        after its model calls and before its writes."""
-        spec = os.environ.get(CRASH_ENV)
-        if not spec:
-            return
-        name, _, nth = spec.partition(":")
-        if name != node:
-            return
-        self._entries[node] = self._entries.get(node, 0) + 1
-        if self._entries[node] == int(nth or 1):
-            os._exit(137)
 
 
 def candidate_id(method: str, gap: int, round_: int, parent: int, child: int) -> str:
@@ -144,194 +132,212 @@ class Verdict(BaseModel):
 
 
 # ------------------------------------------------------------------------------------------------- nodes
+#
+# Plain module-level functions of the state and LangGraph's runtime (``Runtime[FillContext]``: the run's context
+# comes in as ``runtime.context``, LangGraph's ``context_schema``). Each returns the state fields it changes and
+# reports its progress through LangGraph's stream writer (``stream_mode="custom"``).
 
 
-def build_nodes(ctx: FillContext) -> dict[str, Callable[[FillState], dict[str, Any]]]:
-    """The node functions, closed over the context. Each returns the state fields it changes."""
+def _emit(runtime: Runtime[FillContext], **event: Any) -> None:
+    """A progress event (with the run's usage so far) on LangGraph's custom stream."""
+    runtime.stream_writer({**event, **runtime.context.usage})
+
+
+def _memory_for(ctx: FillContext, state: FillState) -> list[MemoryItem]:
+    seeds = [s for s in ctx.bank.seeds_for(state.method, state.gap_index)]
+    if state.method == "baseline":
+        return seeds  # no difficulty feedback: the baseline never learns where its children landed
+    return seeds + ctx.bank.placed(state.method, state.gap_index)
+
+
+def propose(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+    ctx = runtime.context
+    index = state.gap_index + 1
+    if index > state.n_gaps:
+        return {"finished": True}
+    if state.fixed_gaps:
+        lo, hi = state.fixed_gaps[index - 1]
+    else:
+        ranked = propose_gaps(ctx.d, state.inserted, state.n_gaps + len(state.skipped) + 1)
+        gap = next(g for g in ranked if (round(g.lo, 12), round(g.hi, 12)) not in
+                   {(round(a, 12), round(b, 12)) for a, b in state.skipped})
+        lo, hi = gap.lo, gap.hi
+    target = (lo + hi) / 2
+    ctx.bank.upsert_gap(state.method, index, lo=lo, hi=hi, target=target, status="searching", rounds=0,
+                        n_candidates=0, note="")
+    _emit(runtime, node="propose_gaps", method=state.method, gap=index, target=target)
+    return {"gap_index": index, "lo": lo, "hi": hi, "target": target, "round": 0, "parents": [],
+            "children": [], "best_id": None, "best_deviation": None, "stop": False}
+
+
+def seed_memory(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+    ctx = runtime.context
+    t = state.target
+    nearest_items = sorted(range(len(ctx.items)), key=lambda i: (abs(ctx.d[i] - t), ctx.items[i].id))
+    rows = []
+    for i in nearest_items[: ctx.params.seed_items]:
+        it = ctx.items[i]
+        rows.append({"id": it.id, "question": it.question, "answer": it.answer,
+                     "b": float(ctx.scale.b_mean[i]), "b_sd": None, "d": float(ctx.d[i]),
+                     "format": it.resolved_format})
+    ctx.bank.set_seeds(state.method, state.gap_index, rows)
+    _emit(runtime, node="seed_memory", method=state.method, gap=state.gap_index, seeds=len(rows))
+    return {}
+
+
+def choose_parents(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+    ctx = runtime.context
+    parents = select_parents(_memory_for(ctx, state), state.target, ctx.params.parents)
+    return {"parents": [m.id for m in parents], "round": state.round + 1, "children": []}
+
+
+def rewrite(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+    ctx = runtime.context
     p = ctx.params
+    memory = {m.id: m for m in _memory_for(ctx, state)}
+    blind = state.method == "baseline"
+    rewriter = ctx.config.rewriter
 
-    def memory_for(state: FillState) -> list[MemoryItem]:
-        seeds = [s for s in ctx.bank.seeds_for(state.method, state.gap_index)]
-        if state.method == "baseline":
-            return seeds  # no difficulty feedback: the baseline never learns where its children landed
-        return seeds + ctx.bank.placed(state.method, state.gap_index)
+    async def one(pi: int, parent: MemoryItem):
+        refs = [] if blind else select_references(list(memory.values()), state.target, parent.id, p.references)
+        parent_item = _as_item(ctx, parent)
+        messages = rewrite_messages(
+            parent_item, target=None if blind else to_display(state.target, p.display_scale),
+            parent_difficulty=None if blind else to_display(parent.d, p.display_scale),
+            references=[(r.question, to_display(r.d, p.display_scale)) for r in refs],
+            n_children=p.children_per_parent, library=ctx.prompts,
+        )
+        # the round and gap enter the sample index so every round asks afresh (a new cache key)
+        res = await ctx.client.client.complete_json(
+            rewriter, messages, Children, role="rewriter",
+            sample_index=_sample(state, pi), item=parent_item,
+        )
+        return pi, parent, res
 
-    def propose(state: FillState) -> dict[str, Any]:
-        index = state.gap_index + 1
-        if index > state.n_gaps:
-            return {"finished": True}
-        if state.fixed_gaps:
-            lo, hi = state.fixed_gaps[index - 1]
+    results = ctx.client.run(_all(one(pi, memory[pid]) for pi, pid in enumerate(state.parents)))
+    _stop_on_failed_calls(r for _, _, r in results)
+    rows, ids = [], []
+    for pi, parent, res in results:
+        kids = res.parsed.children[: p.children_per_parent] if res.parsed is not None else []
+        if not kids:  # malformed after the bounded re-asks: dropped, and recorded
+            cid = candidate_id(state.method, state.gap_index, state.round, pi, 0)
+            rows.append(_candidate_row(state, cid, parent.id, "", "", rewriter, status="rewrite_failed",
+                                       error=res.error or "no children"))
+            continue
+        for ci, kid in enumerate(kids):
+            cid = candidate_id(state.method, state.gap_index, state.round, pi, ci)
+            rows.append(_candidate_row(state, cid, parent.id, kid.question, kid.answer, rewriter,
+                                       status="proposed", format=_as_item(ctx, parent).format))
+            ids.append(cid)
+    ctx.bank.upsert_candidates(rows)
+    _emit(runtime, node="rewrite", method=state.method, gap=state.gap_index, round=state.round, children=len(ids))
+    return {"children": ids}
+
+
+def validate(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+    ctx = runtime.context
+    judge = ctx.config.judge
+    cands = [ctx.bank.candidate(cid) for cid in state.children]
+
+    async def one(cand: dict[str, Any]):
+        messages = validity_messages(cand["question"], cand["answer"], ctx.prompts)
+        return cand, await ctx.client.client.complete_json(judge, messages, Verdict, role="judge")
+
+    results = ctx.client.run(_all(one(c) for c in cands))
+    _stop_on_failed_calls(r for _, r in results)
+    for cand, res in results:
+        if res.parsed is None:
+            fields = {"valid": 0, "verdict": "", "status": "invalid", "error": f"judge: {res.error}"}
         else:
-            ranked = propose_gaps(ctx.d, state.inserted, state.n_gaps + len(state.skipped) + 1)
-            gap = next(g for g in ranked if (round(g.lo, 12), round(g.hi, 12)) not in
-                       {(round(a, 12), round(b, 12)) for a, b in state.skipped})
-            lo, hi = gap.lo, gap.hi
-        target = (lo + hi) / 2
-        ctx.maybe_crash("propose_gaps")
-        ctx.bank.upsert_gap(state.method, index, lo=lo, hi=hi, target=target, status="searching", rounds=0,
-                            n_candidates=0, note="")
-        ctx.emit(node="propose_gaps", method=state.method, gap=index, target=target)
-        return {"gap_index": index, "lo": lo, "hi": hi, "target": target, "round": 0, "parents": [],
-                "children": [], "best_id": None, "best_deviation": None, "stop": False}
+            ok = res.parsed.well_posed and res.parsed.answer_correct
+            fields = {"valid": int(ok), "verdict": res.parsed.model_dump_json(), "judge": judge.label,
+                      "status": "valid" if ok else "invalid", "error": ""}
+        ctx.bank.update_candidate(cand["id"], **fields)
+    n_valid = sum(1 for _, r in results if r.parsed is not None and r.parsed.well_posed and r.parsed.answer_correct)
+    _emit(runtime, node="validate", method=state.method, gap=state.gap_index, round=state.round, valid=n_valid)
+    return {}
 
-    def seed_memory(state: FillState) -> dict[str, Any]:
-        t = state.target
-        nearest_items = sorted(range(len(ctx.items)), key=lambda i: (abs(ctx.d[i] - t), ctx.items[i].id))
-        rows = []
-        for i in nearest_items[: p.seed_items]:
-            it = ctx.items[i]
-            rows.append({"id": it.id, "question": it.question, "answer": it.answer,
-                         "b": float(ctx.scale.b_mean[i]), "b_sd": None, "d": float(ctx.d[i]),
-                         "format": it.resolved_format})
-        ctx.maybe_crash("seed_memory")
-        ctx.bank.set_seeds(state.method, state.gap_index, rows)
-        ctx.emit(node="seed_memory", method=state.method, gap=state.gap_index, seeds=len(rows))
-        return {}
 
-    def choose_parents(state: FillState) -> dict[str, Any]:
-        parents = select_parents(memory_for(state), state.target, p.parents)
-        ctx.maybe_crash("select_parents")
-        return {"parents": [m.id for m in parents], "round": state.round + 1, "children": []}
+def label(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+    ctx = runtime.context
+    cands = [c for c in (ctx.bank.candidate(cid) for cid in state.children)
+             if c["status"] in ("valid", "labelled", "placed")]
+    if cands and ctx.params.labelling == "adaptive":
+        _label_adaptive(ctx, state, cands)
+    elif cands:
+        items = [Item(id=c["id"], question=c["question"], answer=c["answer"], format=c.get("format") or None)
+                 for c in cands]
+        run_cfg = ctx.config.model_copy(update={"panel": ctx.panel})
+        out = ctx.label_dir / f"{state.method}-g{state.gap_index}-r{state.round}"
+        result = ctx.client.run(run_evaluation(items, run_cfg, out, client=ctx.client.client,
+                                               progress=Progress()))
+        if result.failed_calls:  # holes in the counts are no placement: stop, the resume asks again
+            raise CallsFailed(result.failure_errors)
+        counts = _read_counts(Path(result.responses_path))
+        for c in cands:
+            ctx.bank.update_candidate(c["id"], counts=counts.get(c["id"], {}), status="labelled")
+    _emit(runtime, node="label", method=state.method, gap=state.gap_index, round=state.round, labelled=len(cands))
+    return {}
 
-    def rewrite(state: FillState) -> dict[str, Any]:
-        memory = {m.id: m for m in memory_for(state)}
-        blind = state.method == "baseline"
-        rewriter = ctx.config.rewriter
 
-        async def one(pi: int, parent: MemoryItem):
-            refs = [] if blind else select_references(list(memory.values()), state.target, parent.id, p.references)
-            parent_item = _as_item(ctx, parent)
-            messages = rewrite_messages(
-                parent_item, target=None if blind else to_display(state.target, p.display_scale),
-                parent_difficulty=None if blind else to_display(parent.d, p.display_scale),
-                references=[(r.question, to_display(r.d, p.display_scale)) for r in refs],
-                n_children=p.children_per_parent, library=ctx.prompts,
-            )
-            # the round and gap enter the sample index so every round asks afresh (a new cache key)
-            res = await ctx.client.client.complete_json(
-                rewriter, messages, Children, role="rewriter",
-                sample_index=_sample(state, pi), item=parent_item,
-            )
-            return pi, parent, res
+def place(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+    ctx = runtime.context
+    cands = [c for c in (ctx.bank.candidate(cid) for cid in state.children) if c["status"] in ("labelled", "placed")]
+    if cands:
+        models = ctx.scale.models
+        k = np.array([[c["counts"].get(m, [0, 0])[0] for m in models] for c in cands], dtype=np.int64)
+        n = np.array([[c["counts"].get(m, [0, 0])[1] for m in models] for c in cands], dtype=np.int64)
+        placed = place_items(ctx.scale, k, n)
+        for c, b, b_sd, d, d_sd in zip(cands, placed.b_mean, placed.b_sd, placed.d, placed.d_sd):
+            ctx.bank.update_candidate(c["id"], b=float(b), b_sd=float(b_sd), d=float(d), d_sd=float(d_sd),
+                                      deviation=float(abs(d - state.target)), status="placed")
+    best = ctx.bank.best_candidate(state.method, state.gap_index, state.target)
+    _emit(runtime, node="place", method=state.method, gap=state.gap_index, round=state.round,
+          best_deviation=None if best is None else best["deviation"])
+    return {"best_id": None if best is None else best["id"],
+            "best_deviation": None if best is None else best["deviation"]}
 
-        results = ctx.client.run(_all(one(pi, memory[pid]) for pi, pid in enumerate(state.parents)))
-        _stop_on_failed_calls(r for _, _, r in results)
-        ctx.maybe_crash("rewrite")
-        rows, ids = [], []
-        for pi, parent, res in results:
-            kids = res.parsed.children[: p.children_per_parent] if res.parsed is not None else []
-            if not kids:  # malformed after the bounded re-asks: dropped, and recorded
-                cid = candidate_id(state.method, state.gap_index, state.round, pi, 0)
-                rows.append(_candidate_row(state, cid, parent.id, "", "", rewriter, status="rewrite_failed",
-                                           error=res.error or "no children"))
-                continue
-            for ci, kid in enumerate(kids):
-                cid = candidate_id(state.method, state.gap_index, state.round, pi, ci)
-                rows.append(_candidate_row(state, cid, parent.id, kid.question, kid.answer, rewriter,
-                                           status="proposed", format=_as_item(ctx, parent).format))
-                ids.append(cid)
-        ctx.bank.upsert_candidates(rows)
-        ctx.emit(node="rewrite", method=state.method, gap=state.gap_index, round=state.round, children=len(ids))
-        return {"children": ids}
 
-    def validate(state: FillState) -> dict[str, Any]:
-        judge = ctx.config.judge
-        cands = [ctx.bank.candidate(cid) for cid in state.children]
+def stop(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+    ctx = runtime.context
+    p = ctx.params
+    if state.method == "baseline":
+        budget = state.budget_rounds[state.gap_index - 1] if state.gap_index <= len(state.budget_rounds) else p.max_rounds
+        done = state.round >= budget
+    else:
+        done = should_stop(state.best_deviation, state.round, p)
+    ctx.bank.upsert_gap(state.method, state.gap_index, rounds=state.round)
+    return {"stop": done}
 
-        async def one(cand: dict[str, Any]):
-            messages = validity_messages(cand["question"], cand["answer"], ctx.prompts)
-            return cand, await ctx.client.client.complete_json(judge, messages, Verdict, role="judge")
 
-        results = ctx.client.run(_all(one(c) for c in cands))
-        _stop_on_failed_calls(r for _, r in results)
-        ctx.maybe_crash("validate")
-        for cand, res in results:
-            if res.parsed is None:
-                fields = {"valid": 0, "verdict": "", "status": "invalid", "error": f"judge: {res.error}"}
-            else:
-                ok = res.parsed.well_posed and res.parsed.answer_correct
-                fields = {"valid": int(ok), "verdict": res.parsed.model_dump_json(), "judge": judge.label,
-                          "status": "valid" if ok else "invalid", "error": ""}
-            ctx.bank.update_candidate(cand["id"], **fields)
-        n_valid = sum(1 for _, r in results if r.parsed is not None and r.parsed.well_posed and r.parsed.answer_correct)
-        ctx.emit(node="validate", method=state.method, gap=state.gap_index, round=state.round, valid=n_valid)
-        return {}
+def finalize(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+    ctx = runtime.context
+    best = ctx.bank.best_candidate(state.method, state.gap_index, state.target)
+    all_cands = ctx.bank.candidates(state.method, state.gap_index)
+    usage = ctx.bank.gap_usage(state.method, state.gap_index)
+    common = {"rounds": state.round, "n_candidates": sum(1 for c in all_cands if c["question"]),
+              "cost": usage["cost"]}
+    if best is None:
+        ctx.bank.upsert_gap(state.method, state.gap_index, status="unfilled", chosen=None, chosen_d=None,
+                            chosen_d_sd=None, deviation=None,
+                            note=f"no valid, placed child after {state.round} rounds", **common)
+        _emit(runtime, node="finalize", method=state.method, gap=state.gap_index, filled=False)
+        return {"skipped": state.skipped + [(state.lo, state.hi)]}
+    ctx.bank.upsert_gap(state.method, state.gap_index, status="filled", chosen=best["id"], chosen_d=best["d"],
+                        chosen_d_sd=best["d_sd"], deviation=best["deviation"], note="", **common)
+    ctx.bank.update_candidate(best["id"], status="chosen")
+    _emit(runtime, node="finalize", method=state.method, gap=state.gap_index, filled=True, deviation=best["deviation"])
+    update: dict[str, Any] = {"inserted": state.inserted + [float(best["d"])]}
+    if not state.lo < best["d"] < state.hi:  # it landed outside: do not propose the same gap again
+        update["skipped"] = state.skipped + [(state.lo, state.hi)]
+    return update
 
-    def label(state: FillState) -> dict[str, Any]:
-        cands = [c for c in (ctx.bank.candidate(cid) for cid in state.children) if c["status"] in ("valid", "labelled", "placed")]
-        if cands and p.labelling == "adaptive":
-            _label_adaptive(ctx, state, cands)
-        elif cands:
-            items = [Item(id=c["id"], question=c["question"], answer=c["answer"], format=c.get("format") or None)
-                     for c in cands]
-            run_cfg = ctx.config.model_copy(update={"panel": ctx.panel})
-            out = ctx.label_dir / f"{state.method}-g{state.gap_index}-r{state.round}"
-            result = ctx.client.run(run_evaluation(items, run_cfg, out, client=ctx.client.client,
-                                                   progress=Progress()))
-            if result.failed_calls:  # holes in the counts are no placement: stop, the resume asks again
-                raise CallsFailed(result.failure_errors)
-            counts = _read_counts(Path(result.responses_path))
-            ctx.maybe_crash("label")
-            for c in cands:
-                ctx.bank.update_candidate(c["id"], counts=counts.get(c["id"], {}), status="labelled")
-        ctx.emit(node="label", method=state.method, gap=state.gap_index, round=state.round, labelled=len(cands))
-        return {}
 
-    def place(state: FillState) -> dict[str, Any]:
-        cands = [c for c in (ctx.bank.candidate(cid) for cid in state.children) if c["status"] in ("labelled", "placed")]
-        if cands:
-            models = ctx.scale.models
-            k = np.array([[c["counts"].get(m, [0, 0])[0] for m in models] for c in cands], dtype=np.int64)
-            n = np.array([[c["counts"].get(m, [0, 0])[1] for m in models] for c in cands], dtype=np.int64)
-            placed = place_items(ctx.scale, k, n)
-            ctx.maybe_crash("place")
-            for c, b, b_sd, d, d_sd in zip(cands, placed.b_mean, placed.b_sd, placed.d, placed.d_sd):
-                ctx.bank.update_candidate(c["id"], b=float(b), b_sd=float(b_sd), d=float(d), d_sd=float(d_sd),
-                                          deviation=float(abs(d - state.target)), status="placed")
-        best = ctx.bank.best_candidate(state.method, state.gap_index, state.target)
-        ctx.emit(node="place", method=state.method, gap=state.gap_index, round=state.round,
-                 best_deviation=None if best is None else best["deviation"])
-        return {"best_id": None if best is None else best["id"],
-                "best_deviation": None if best is None else best["deviation"]}
-
-    def stop(state: FillState) -> dict[str, Any]:
-        if state.method == "baseline":
-            budget = state.budget_rounds[state.gap_index - 1] if state.gap_index <= len(state.budget_rounds) else p.max_rounds
-            done = state.round >= budget
-        else:
-            done = should_stop(state.best_deviation, state.round, p)
-        ctx.maybe_crash("stop")
-        ctx.bank.upsert_gap(state.method, state.gap_index, rounds=state.round)
-        return {"stop": done}
-
-    def finalize(state: FillState) -> dict[str, Any]:
-        best = ctx.bank.best_candidate(state.method, state.gap_index, state.target)
-        all_cands = ctx.bank.candidates(state.method, state.gap_index)
-        ctx.maybe_crash("finalize")
-        usage = ctx.bank.gap_usage(state.method, state.gap_index)
-        common = {"rounds": state.round, "n_candidates": sum(1 for c in all_cands if c["question"]),
-                  "cost": usage["cost"]}
-        if best is None:
-            ctx.bank.upsert_gap(state.method, state.gap_index, status="unfilled", chosen=None, chosen_d=None,
-                                chosen_d_sd=None, deviation=None,
-                                note=f"no valid, placed child after {state.round} rounds", **common)
-            ctx.emit(node="finalize", method=state.method, gap=state.gap_index, filled=False)
-            return {"skipped": state.skipped + [(state.lo, state.hi)]}
-        ctx.bank.upsert_gap(state.method, state.gap_index, status="filled", chosen=best["id"], chosen_d=best["d"],
-                            chosen_d_sd=best["d_sd"], deviation=best["deviation"], note="", **common)
-        ctx.bank.update_candidate(best["id"], status="chosen")
-        ctx.emit(node="finalize", method=state.method, gap=state.gap_index, filled=True, deviation=best["deviation"])
-        update: dict[str, Any] = {"inserted": state.inserted + [float(best["d"])]}
-        if not state.lo < best["d"] < state.hi:  # it landed outside: do not propose the same gap again
-            update["skipped"] = state.skipped + [(state.lo, state.hi)]
-        return update
-
-    nodes = {
-        "propose_gaps": propose, "seed_memory": seed_memory, "select_parents": choose_parents, "rewrite": rewrite,
-        "validate": validate, "label": label, "place": place, "stop": stop, "finalize": finalize,
-    }
-    return {name: _tracked(ctx, name, fn) for name, fn in nodes.items()}
+# node name -> function; the graph is assembled from this table when it is built (a test may wrap an entry)
+NODE_FUNCTIONS: dict[str, Callable[..., dict[str, Any]]] = {
+    "propose_gaps": propose, "seed_memory": seed_memory, "select_parents": choose_parents, "rewrite": rewrite,
+    "validate": validate, "label": label, "place": place, "stop": stop, "finalize": finalize,
+}
 
 
 def _label_adaptive(ctx: FillContext, state: FillState, cands: list[dict[str, Any]]) -> None:
@@ -371,7 +377,6 @@ def _label_adaptive(ctx: FillContext, state: FillState, cands: list[dict[str, An
             incumbent = min(incumbent, abs(c["d"] - state.target) + z * (c["d_sd"] or 0.0))
     result = adaptive_label(ctx.scale, state.target, [m.rollouts for m in models], len(items), ask, ctx.params,
                             incumbent_u=incumbent)
-    ctx.maybe_crash("label")
     from benchfill.io import atomic_write_json
 
     out = ctx.label_dir / f"{state.method}-g{state.gap_index}-r{state.round}"
@@ -388,20 +393,21 @@ def _label_adaptive(ctx: FillContext, state: FillState, cands: list[dict[str, An
                                   labelling=result.status[i], label_note=result.notes[i])
 
 
-def _tracked(ctx: FillContext, name: str, fn: Callable[[FillState], dict[str, Any]]):
+def _tracked(name: str, fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
     """Record each node's model usage under (method, gap, round, node): an upsert, so a re-run node replaces
     rather than adds its figures (cached calls report the cost they had when they were made)."""
 
-    def run(state: FillState) -> dict[str, Any]:
+    @functools.wraps(fn)
+    def run(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+        ctx = runtime.context
         before = dict(ctx.usage)
-        out = fn(state)
+        out = fn(state, runtime)
         spent = {k: ctx.usage[k] - before[k] for k in ctx.usage}
         if spent["calls"] and state.gap_index:
             ctx.bank.record_usage(state.method, out.get("gap_index", state.gap_index),
                                   out.get("round", state.round), name, spent)
         return out
 
-    run.__name__ = name
     return run
 
 
@@ -453,13 +459,14 @@ def _read_counts(path: Path) -> dict[str, dict[str, list[int]]]:
 # ------------------------------------------------------------------------------------------------- the graph
 
 
-def _assemble(nodes: dict[str, Callable[[FillState], dict[str, Any]]]):
-    """The state machine's wiring: one node per step, a conditional loop back from stop? to select_parents."""
+def _assemble():
+    """The state machine's wiring: one node per step (:data:`NODE_FUNCTIONS`), a conditional loop back from stop?
+    to select_parents; the run's :class:`FillContext` is the graph's ``context_schema``."""
     from langgraph.graph import END, START, StateGraph
 
-    graph = StateGraph(FillState)
+    graph = StateGraph(FillState, context_schema=FillContext)
     for name in NODES:
-        graph.add_node(name, nodes[name])
+        graph.add_node(name, _tracked(name, NODE_FUNCTIONS[name]))
     graph.add_edge(START, "propose_gaps")
     graph.add_conditional_edges("propose_gaps", lambda s: "end" if s.finished else "seed",
                                 {"end": END, "seed": "seed_memory"})
@@ -471,17 +478,26 @@ def _assemble(nodes: dict[str, Callable[[FillState], dict[str, Any]]]):
     return graph
 
 
-def build_graph(ctx: FillContext, checkpoint_path: str | Path):
+def build_graph(checkpoint_path: str | Path):
     """Compile the state machine with LangGraph's SQLite checkpointer (a file in the run folder)."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     conn = sqlite3.connect(str(checkpoint_path), check_same_thread=False)
-    return _assemble(build_nodes(ctx)).compile(checkpointer=SqliteSaver(conn)), conn
+    return _assemble().compile(checkpointer=SqliteSaver(conn), name="benchfill"), conn
 
 
-def run_search(ctx: FillContext, checkpoint_path: str | Path, initial: FillState, *, resume: bool) -> FillState:
-    """Run (or resume) one method's search to the end; returns the final state."""
-    graph, conn = build_graph(ctx, checkpoint_path)
+def studio_graph():
+    """The graph for LangGraph's tools (``langgraph.json``, ``langgraph dev``, Studio): the same nodes and edges,
+    compiled without a checkpointer (the server brings its own persistence and refuses a custom one). Running it
+    needs a :class:`FillContext` as the run's ``context``; ``benchfill fill`` builds one (:class:`FillRun`)."""
+    return _assemble().compile(name="benchfill")
+
+
+def run_search(ctx: FillContext, checkpoint_path: str | Path, initial: FillState, *, resume: bool,
+               on_event: Callable[[dict[str, Any]], None] | None = None) -> FillState:
+    """Run (or resume) one method's search to the end; returns the final state. The nodes' progress events (the
+    custom stream) go to ``on_event``."""
+    graph, conn = build_graph(checkpoint_path)
     config = {"configurable": {"thread_id": initial.method}, "recursion_limit": 10_000}
     try:
         snapshot = graph.get_state(config)
@@ -489,7 +505,10 @@ def run_search(ctx: FillContext, checkpoint_path: str | Path, initial: FillState
             return FillState(**snapshot.values)
         # durability="sync": each checkpoint is on disk before the next node starts, so a kill -9 loses at most the
         # node that was running (which then re-runs from its start, served by the call cache).
-        graph.invoke(None if (resume and snapshot.values) else initial, config, durability="sync")
+        for event in graph.stream(None if (resume and snapshot.values) else initial, config, context=ctx,
+                                  stream_mode="custom", durability="sync"):
+            if on_event is not None:
+                on_event(event)
         return FillState(**graph.get_state(config).values)
     finally:
         conn.close()
@@ -497,6 +516,6 @@ def run_search(ctx: FillContext, checkpoint_path: str | Path, initial: FillState
 
 def graph_structure() -> dict[str, Any]:
     """Nodes and edges of the compiled graph (for tests and docs), without a run context."""
-    drawn = _assemble({name: (lambda s: {}) for name in NODES}).compile().get_graph()
+    drawn = studio_graph().get_graph()
     return {"nodes": sorted(n for n in drawn.nodes if not n.startswith("__")),
             "edges": sorted((e.source, e.target, bool(e.conditional)) for e in drawn.edges)}

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from benchfill.data import Item, load_panel
 from benchfill.diagnostics.report import Diagnosis, diagnose
 from benchfill.errors import InputError
-from benchfill.graphs.fill import CRASH_ENV, FillContext, FillState, run_search
+from benchfill.graphs.fill import FillContext, FillState, run_search
 from benchfill.graphs.policy import SearchParams, oracle_insertions, top_k_reduction
 from benchfill.io import atomic_write_json, atomic_write_text
 from benchfill.irt.model import IRTSpec, SamplerSettings
@@ -71,15 +71,6 @@ class FillOptions:
                 "sampler": self.sampler, "seed": self.seed}
 
 
-def _crash_point(name: str) -> None:
-    """Test hook for the start-up (like the nodes' ``maybe_crash``): BENCHFILL_CRASH_AT=start or =diagnosis exits
-    at once, as kill -9 would, after the bank was created or while the diagnosis is being written."""
-    import os
-
-    if os.environ.get(CRASH_ENV, "").partition(":")[0] == name:
-        os._exit(137)
-
-
 def refuse_floor_gaps(dg: Diagnosis, scale: Scale, panel: list[ModelConfig], n_gaps: int, where: str) -> None:
     """SPEC section 4.1: a gap at the design's resolution floor is not a target unless asked for. Here that is a gap
     with no placement the labelling panel can give strictly inside: the panel cannot measure whether it was
@@ -125,6 +116,7 @@ class FillRun:
     def __init__(self, opts: FillOptions, on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.opts = opts
         self.out = opts.out
+        self.on_event = on_event  # the nodes' progress events (LangGraph's custom stream), e.g. the CLI's display
         config = load_config(opts.config)
         need = ("rewriter", "judge") if config.simulated else ("rewriter", "judge", "panel")
         validate_config(config, need=need)
@@ -156,7 +148,6 @@ class FillRun:
                 config=config.model_dump(mode="json", exclude={"source"}), rewriter=config.rewriter.label,
                 judge=config.judge.label, params=self.params.model_dump(), n_gaps=opts.n_gaps,
                 items=str(opts.items), responses=str(opts.responses))
-        _crash_point("start")
         self.diagnosis, self.scale = self._diagnosis(responses, items)
         by_id = {it.id: it for it in items}
         self.items: list[Item] = [by_id[i] for i in self.scale.item_ids]
@@ -184,7 +175,7 @@ class FillRun:
         self.ctx = FillContext(
             items=self.items, d=self.d, scale=self.scale, config=config, panel=self.panel, params=self.params,
             bank=self.bank, client=self.client, prompts=PromptLibrary.from_config(config),
-            label_dir=self.out / "labels", on_event=on_event,
+            label_dir=self.out / "labels",
         )
         self.bank.set_meta(panel=[m.label for m in self.panel])  # an upsert: the same on every start
 
@@ -205,7 +196,6 @@ class FillRun:
         spec = IRTSpec.for_items(responses.item_ids, items)
         dg, fit = diagnose(responses, spec, SamplerSettings(method=method, seed=self.opts.seed))
         scale = Scale.from_fit(fit, source=str(self.opts.responses))
-        _crash_point("diagnosis")
         dg.files = {"json": str(json_path), "png": str(self.out / "diagnosis.png"), "scale": str(scale_path)}
         scale.save(scale_path)
         plot_diagnosis(dg, self.out / "diagnosis.png")
@@ -219,11 +209,12 @@ class FillRun:
                                                        f"{len(fixed)} gaps")
         ckpt = self.out / CHECKPOINTS_DB
         bf = run_search(self.ctx, ckpt, FillState(method="benchfill", n_gaps=self.opts.n_gaps, fixed_gaps=fixed),
-                        resume=self.opts.resume)
+                        resume=self.opts.resume, on_event=self.on_event)
         if self.opts.compare:
             rounds = [g["rounds"] for g in self.bank.gaps("benchfill")]
             run_search(self.ctx, ckpt, FillState(method="baseline", n_gaps=self.opts.n_gaps, fixed_gaps=fixed,
-                                                 budget_rounds=rounds), resume=self.opts.resume)
+                                                 budget_rounds=rounds), resume=self.opts.resume,
+                       on_event=self.on_event)
         summary = self.summary(final_state=bf)
         atomic_write_json(self.out / SUMMARY, summary)
         from benchfill.viewer import write_report
