@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from proctree import TreePeak  # bench/ is on sys.path when a script here runs
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = REPO.parent / "shared" / "data" / "real" / "opencompass_12models_11benchmarks.csv.gz"
@@ -84,55 +85,19 @@ METHOD_IMPORTS = {"pymc": ["pymc"], "nutpie": ["pymc", "nutpie"], "numpyro": ["p
 
 
 class TreeMemory:
-    """Peak proportional set size (PSS) of this process plus its children, polled every 20 ms from /proc: unlike
+    """Peak proportional set size (PSS) of this process plus its children (:class:`proctree.TreePeak`): unlike
     ru_maxrss it counts forked workers and pages they share (each shared page once). Linux only; elsewhere it
     reports this process's ru_maxrss."""
 
-    def __init__(self) -> None:
-        import threading
-
-        self.peak_kb = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    @staticmethod
-    def _pss_kb(pid: int) -> int:
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as fh:
-                return next(int(line.split()[1]) for line in fh if line.startswith("Pss:"))
-        except (OSError, StopIteration):
-            return 0
-
-    @staticmethod
-    def _children(pid: int) -> list[int]:
-        kids: list[int] = []
-        try:
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{tid}/children") as fh:
-                    kids += [int(x) for x in fh.read().split()]
-        except OSError:
-            pass
-        return kids
-
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            pids, frontier = [], [os.getpid()]
-            while frontier:
-                pid = frontier.pop()
-                pids.append(pid)
-                frontier += self._children(pid)
-            self.peak_kb = max(self.peak_kb, sum(self._pss_kb(p) for p in pids))
-            self._stop.wait(0.02)
-
     def __enter__(self) -> "TreeMemory":
-        if Path("/proc/self/smaps_rollup").exists():
-            self._thread.start()
+        self.peak_kb = 0
+        self._tree = TreePeak(os.getpid()) if Path("/proc/self/smaps_rollup").exists() else None
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._thread.is_alive():
-            self._stop.set()
-            self._thread.join()
+        if self._tree is not None:
+            self._tree.stop()
+            self.peak_kb = self._tree.pss_kb
         else:
             self.peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
