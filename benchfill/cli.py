@@ -176,8 +176,6 @@ def suite(
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the summary as JSON (- = stdout)"),
 ) -> None:
     """Table-1-style summary of a suite: one IRT fit and diagnosis per benchmark."""
-    from rich.markup import escape
-
     from benchfill import api
     from benchfill.diagnostics.render import suite_table
 
@@ -194,8 +192,8 @@ def suite(
         result = api.suite(resp, by=by, items_table=items_table, sampler=sampler, chains=chains, tune=tune,
                            draws=draws, seed=seed, choices=choices, on_benchmark=progress)
     summary_path = result.save(out)
-    con.print(suite_table([(escape(r.benchmark), r.diagnosis) for r in result.benchmarks],
-                          escape(f"{responses.name}: {resp.shape[0]} models, {len(result.benchmarks)} benchmarks")))
+    con.print(suite_table([(r.benchmark, r.diagnosis) for r in result.benchmarks],
+                          f"{responses.name}: {resp.shape[0]} models, {len(result.benchmarks)} benchmarks"))
     write_json_result(json_out, result.summary().model_dump(mode="json", by_alias=True), note=con)
     con.print(f"wrote {summary_path} and one folder per benchmark", markup=False, highlight=False)
 

@@ -392,3 +392,37 @@ def test_evaluate_json_to_stdout(tmp_path):
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)  # the banner and tables went to stderr
     assert data["n_items"] == 3 and "SIMULATED" in proc.stderr
+
+
+def test_tables_of_diagnose_evaluate_and_designers_print_names_literally(tmp_path, examples):
+    """File, model, designer and category names are the user's: a `[/x]` in one neither breaks nor vanishes."""
+    from rich.console import Console
+
+    from benchfill.designers.report import preference_table
+    from benchfill.models.progress import summary_table
+
+    odd = tmp_path / "[red]m500[bold].csv.gz"
+    odd.write_bytes((examples / "math500_k4.responses.csv.gz").read_bytes())
+    res = CliRunner().invoke(app, ["diagnose", str(odd), "--models", "6", "--sampler", "map", "--json",
+                                   str(tmp_path / "d.json")], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert "[red]m500[bold].csv.gz" in res.output
+
+    class Result:  # the fields summary_table reads
+        simulated = False
+        models = ["model[/INST]"]
+        rollouts = {"model[/INST]": 2}
+        accuracy = {"model[/INST]": 0.5}
+        wrong_form = {}
+        skipped = {"model[/INST]": {"call failed: [/note]": 1}}
+
+    con = Console(record=True, width=200)
+    con.print(summary_table(Result()))
+    text = con.export_text()
+    assert "model[/INST]" in text and "call failed: [/note] x1" in text
+    con = Console(record=True, width=200)
+    con.print(preference_table({"preferences": [{"kind": "self", "designer": "d[/x]", "answerers": ["a[/INST]"],
+                                                 "estimate": 0.5, "ci_low": 0.1, "ci_high": 0.9, "p_value": 0.01,
+                                                 "detected": True}]}))
+    text = con.export_text()
+    assert "d[/x]" in text and "a[/INST]" in text

@@ -43,14 +43,17 @@ def card_cmd(
         card = build_card(items, out, config_path=config, name=name, language=language,
                           max_categories=max_categories, n_examples=examples)
     from rich.table import Table
+    from rich.text import Text
 
-    t = Table(title=f"domain card {card.name}: {card.n_items} items, {card.language}, {card.modality}"
-                    + (" [bold yellow](SIMULATED labels)[/]" if card.simulated else ""), title_justify="left")
+    title = Text(f"domain card {card.name}: {card.n_items} items, {card.language}, {card.modality}")
+    if card.simulated:
+        title.append(" (SIMULATED labels)", style="bold yellow")
+    t = Table(title=title, title_justify="left")
     t.add_column("category")
     t.add_column("items", justify="right")
     t.add_column("sub-domains")
     for node in card.ontology:
-        t.add_row(node.name, str(node.count), ", ".join(f"{s.name} ({s.count})" for s in node.subdomains))
+        t.add_row(Text(node.name), str(node.count), Text(", ".join(f"{s.name} ({s.count})" for s in node.subdomains)))
     con = result_console(json_out)
     con.print(t)
     con.print(f"formats {card.formats}; levels {card.difficulty_levels or 'unknown'}; "

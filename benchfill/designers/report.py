@@ -9,6 +9,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 
 def _pct(x: Any, digits: int = 1) -> str:
@@ -63,7 +64,7 @@ def leaderboard_table(report: Mapping[str, Any]) -> Table:
         else:
             calib = "-"
         t.add_row(
-            f"{row['designer']} ({row['family']})", f"{row['n_core']}/{row['n_suite']}",
+            Text(f"{row['designer']} ({row['family']})"), f"{row['n_core']}/{row['n_suite']}",
             _pct(row["broken_rate"]) + ci("broken_rate", "{:.0f}", 100),
             _num(row["mean_tvd"], "{:.2f}") + ci("mean_tvd", "{:.2f}"), diff,
             _pct(row["difficulty"].get("error_rate"), 0) + ci("error_rate", "{:.0f}", 100),
@@ -92,7 +93,7 @@ def preference_table(report: Mapping[str, Any]) -> Table:
         est = p.get("estimate")
         ci = "-" if p.get("ci_low") is None else f"[{p['ci_low']:+.2f}, {p['ci_high']:+.2f}]"
         ref = p.get("accuracy_did") or {}
-        t.add_row(p["kind"], p["designer"], ", ".join(p["answerers"]), "-" if est is None else f"{est:+.2f}",
+        t.add_row(p["kind"], Text(p["designer"]), Text(", ".join(p["answerers"])), "-" if est is None else f"{est:+.2f}",
                   ci, "-" if p.get("p_value") is None else f"{p['p_value']:.3g}",
                   "[bold red]yes[/]" if p.get("detected") else "no",
                   "-" if ref.get("estimate") is None else f"{100 * ref['estimate']:+.1f}")
@@ -130,7 +131,7 @@ def calibration_table(report: Mapping[str, Any]) -> Table:
                              + f" n={c['n']}")
         eff = (row["difficulty"].get("designer_effect") or {})
         slope = "-" if eff.get("beta") is None else f"{eff['beta']:+.2f} [{eff['beta_ci'][0]:+.2f},{eff['beta_ci'][1]:+.2f}]"
-        t.add_row(row["designer"], *cells, slope, _num(cal.get("spearman"), "{:+.2f}"))
+        t.add_row(Text(row["designer"]), *cells, slope, _num(cal.get("spearman"), "{:+.2f}"))
     t.caption = "slope: designer-level logits per requested level (0 = the level is ignored, < 0 = inverted)"
     return t
 

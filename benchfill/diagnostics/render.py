@@ -49,7 +49,7 @@ def headline_table(dg: Diagnosis) -> Table:
     s = dg.sampler
     title = f"{Path(dg.source).name}: {dg.n_models} models x {dg.n_items} items, {dg.irt_model} ({s.method}"
     title += ", MAP PREVIEW: no posterior, SDs approximate, MCMC checks not run)" if s.preview else f", {s.chains}x{s.tune}+{s.draws})"
-    head = Table(title=title, title_justify="left")
+    head = Table(title=Text(title), title_justify="left")  # the file name is the user's: printed literally
     for col in ("metric", "posterior mean ± SD", "90 % interval", "paper's plug-in", "null median / 95 %",
                 "threshold", "verdict"):
         head.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
@@ -113,7 +113,7 @@ def robustness_table(rob: dict) -> Table:
 
 def suite_table(rows: Sequence[tuple[str, Diagnosis]], title: str) -> Table:
     """Table-1-style summary: one row per benchmark; posterior mean ± SD, with the paper's plug-in beside it."""
-    t = Table(title=title, title_justify="left")
+    t = Table(title=title if isinstance(title, Text) else Text(title), title_justify="left")
     for col in ("benchmark", "n", "keys", "DDM", "max gap", "Top-5", "plug-in DDM / gap / Top-5", "flags",
                 "checks"):
         t.add_column(col, justify="left" if col in ("benchmark", "flags") else "right")
@@ -124,7 +124,7 @@ def suite_table(rows: Sequence[tuple[str, Diagnosis]], title: str) -> Table:
             flags += f" (at floor: {','.join(floor)})"
         ran = [c for c in dg.checks if c.passed is not None]
         t.add_row(
-            name, str(dg.n_items), str(dg.resolution.distinct_keys) if dg.resolution else "-",
+            Text(name), str(dg.n_items), str(dg.resolution.distinct_keys) if dg.resolution else "-",
             _posterior(dg, "ddm")[0], _posterior(dg, "max_gap")[0], _posterior(dg, "top5_sum")[0],
             f"{dg.ddm:.3f} / {dg.max_gap:.3f} / {dg.top5_sum:.3f}", flags,
             f"{sum(bool(c.passed) for c in ran)}/{len(ran)}",

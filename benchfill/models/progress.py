@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from benchfill.models.client import CallResult, ClientStats
 from benchfill.models.evaluate import EvaluationResult
@@ -68,9 +69,9 @@ def summary_table(result: EvaluationResult) -> Table:
         skipped = result.skipped.get(label, {})
         acc = result.accuracy.get(label)
         table.add_row(
-            label, str(result.rollouts[label]), "-" if acc is None else f"{acc:.3f}",
+            Text(label), str(result.rollouts[label]), "-" if acc is None else f"{acc:.3f}",
             str(sum(result.wrong_form.get(label, {}).values())), str(sum(skipped.values())),
-            "; ".join(f"{k} x{v}" for k, v in skipped.items()),
+            Text("; ".join(f"{k} x{v}" for k, v in skipped.items())),  # model and provider text: literal
         )
     return table
 
