@@ -69,26 +69,9 @@ def adaptive_config(folder: Path) -> Path:
     return path
 
 
-def chosen_figures(out: Path) -> list[dict]:
-    """Per filled BenchFill gap: panel calls, the chosen item's TRUE |d - t| (SIMULATED latent b, normalised with
-    the benchmark's scale), the estimated |d - t| and the posterior SD of d."""
-    from benchfill.irt.scale import Scale
-    from benchfill.models.sim import latent_from_text
-
-    sc = Scale.load(out / "diagnosis.scale.npz")
-    con = sqlite3.connect(out / "memory.sqlite")
-    rows = []
-    for gap, cid, t, d_sd, dev in con.execute("select gap, chosen, target, chosen_d_sd, deviation from gaps where "
-                                              "method = 'benchfill' and status = 'filled' order by gap"):
-        q = con.execute("select question from candidates where id = ?", [cid]).fetchone()[0]
-        true_d = float(sc.normalise(np.array([latent_from_text(q)]))[0])
-        calls = con.execute("select coalesce(sum(calls), 0) from usage where method = 'benchfill' and node = "
-                            "'label' and gap = ?", [gap]).fetchone()[0]
-        rows.append({"calls": calls, "true_dev": abs(true_d - t), "dev": dev, "sd": d_sd})
-    return rows
-
-
 def one_run(args: tuple) -> dict:
+    from benchfill.graphs.run import simulated_gap_figures
+
     name, responses, items, seed, workdir = args[:5]
     labelling = args[5] if len(args) > 5 else "full"
     extra = list(args[6]) if len(args) > 6 else []
@@ -106,7 +89,7 @@ def one_run(args: tuple) -> dict:
     panel_calls = {m: con.execute("select coalesce(sum(calls), 0) from usage where method = ? and node = 'label'",
                                   [m]).fetchone()[0] for m in ("benchfill", "baseline")}
     return {"name": name, "seed": seed, "labelling": labelling, "summary": summary, "panel_calls": panel_calls,
-            "chosen": chosen_figures(out), "wall_s": time.perf_counter() - start}
+            "chosen": simulated_gap_figures(out), "wall_s": time.perf_counter() - start}
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ import pytest
 from test_fill import SIM_CONFIG, _chosen, _cli, _double_calls, fill, make_benchmark
 
 from benchfill.graphs.adaptive import adaptive_label, expected_information, pick_models
+from benchfill.graphs.run import simulated_gap_figures
 from benchfill.irt.placement import place_items
 from benchfill.irt.scale import Scale
 from benchfill.models.config import FillParams
@@ -133,24 +134,6 @@ def write(folder: Path, labelling: str, name: str, max_rounds: int = 2) -> Path:
     return cfg
 
 
-def gap_figures(out: Path) -> list[dict]:
-    """Per filled gap: panel calls, the chosen child's TRUE |d - t| (its SIMULATED latent b on the scale), estimated
-    |d - t| and posterior SD."""
-    from benchfill.models.sim import latent_from_text
-
-    sc = Scale.load(out / "diagnosis.scale.npz")
-    con = sqlite3.connect(out / "memory.sqlite")
-    rows = []
-    for gap, cid, t, d_sd, dev in con.execute("select gap, chosen, target, chosen_d_sd, deviation from gaps where "
-                                              "method = 'benchfill' and status = 'filled' order by gap"):
-        q = con.execute("select question from candidates where id = ?", [cid]).fetchone()[0]
-        true_d = float(sc.normalise(np.array([latent_from_text(q)]))[0])
-        calls = con.execute("select coalesce(sum(calls), 0) from usage where method = 'benchfill' and node = "
-                            "'label' and gap = ?", [gap]).fetchone()[0]
-        rows.append({"gap": gap, "calls": calls, "true_dev": abs(true_d - t), "dev": dev, "sd": d_sd})
-    return rows
-
-
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
     return make_benchmark(tmp_path_factory.mktemp("bench"))
@@ -163,7 +146,7 @@ def test_an_adaptive_fill_labels_with_fewer_calls_and_records_its_decisions(tmp_
         res = fill(items, resp, write(tmp_path, mode, f"{mode}.toml"), tmp_path / mode, "--gaps", "1",
                    "--allow-floor-gaps")
         assert res.exit_code == 0, res.output
-        figures[mode] = gap_figures(tmp_path / mode)
+        figures[mode] = simulated_gap_figures(tmp_path / mode)
     print(json.dumps(figures))
     assert figures["adaptive"][0]["calls"] < figures["full"][0]["calls"]
     con = sqlite3.connect(tmp_path / "adaptive" / "memory.sqlite")
@@ -196,7 +179,7 @@ def test_full_vs_adaptive_on_the_same_gaps_over_seeds(tmp_path, bench):
             res = fill(items, resp, write(tmp_path, mode, f"{mode}.toml", max_rounds=3), out, "--gaps", "2",
                        "--allow-floor-gaps", "--seed", str(seed))
             assert res.exit_code == 0, res.output
-            figures[mode] += gap_figures(out)
+            figures[mode] += simulated_gap_figures(out)
     mean = {mode: {k: float(np.mean([g[k] for g in rows])) for k in ("calls", "true_dev", "dev", "sd")}
             for mode, rows in figures.items()}
     print(json.dumps(mean))

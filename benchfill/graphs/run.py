@@ -261,3 +261,29 @@ def summarise(bank: MemoryBank, d: np.ndarray, n_gaps: int, simulated: bool, dia
     if simulated:
         out = {"label": SIM_BANNER, **out}
     return out
+
+
+def simulated_gap_figures(out: str | Path) -> list[dict[str, Any]]:
+    """Per filled BenchFill gap of a SIMULATED run folder: panel calls, the chosen child's TRUE |d - t| (its latent
+    b in the simulated world, normalised with the benchmark's scale), the estimated |d - t| and the posterior SD of
+    d. For benchmarks of the search itself (the truth is known only in simulation)."""
+    import sqlite3
+
+    from benchfill.models.sim import latent_from_text
+
+    out = Path(out)
+    sc = Scale.load(out / "diagnosis.scale.npz")
+    con = sqlite3.connect(out / "memory.sqlite")
+    try:
+        rows = []
+        for gap, cid, t, d_sd, dev in con.execute(
+                "select gap, chosen, target, chosen_d_sd, deviation from gaps where method = 'benchfill' and "
+                "status = 'filled' order by gap"):
+            q = con.execute("select question from candidates where id = ?", [cid]).fetchone()[0]
+            true_d = float(sc.normalise(np.array([latent_from_text(q)]))[0])
+            calls = con.execute("select coalesce(sum(calls), 0) from usage where method = 'benchfill' and node = "
+                                "'label' and gap = ?", [gap]).fetchone()[0]
+            rows.append({"gap": gap, "calls": calls, "true_dev": abs(true_d - t), "dev": dev, "sd": d_sd})
+        return rows
+    finally:
+        con.close()
