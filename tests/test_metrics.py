@@ -65,7 +65,18 @@ def test_planted_gap_is_found_at_the_right_place(rng):
 
 def test_flags_thresholds():
     f = M.flags(0.10, 0.099, 0.30)
-    assert f.as_dict() == {"ddm": True, "max_gap": False, "top5_sum": True}
+    assert f.model_dump() == {"ddm": True, "max_gap": False, "top5_sum": True}
+    assert M.flags(0.5, 0.5, 0.5).model_dump() == {"ddm": True, "max_gap": True, "top5_sum": True}
+
+
+def test_results_serialise_one_way():
+    """Gap and Flags are pydantic: model_dump / model_dump_json, with a gap's mid and width included."""
+    import json
+
+    g = M.gaps(np.array([0.1, 0.6]), top=1)[0]
+    assert json.loads(g.model_dump_json()) == pytest.approx({"lo": 0.1, "hi": 0.6, "mid": 0.35, "width": 0.5})
+    assert M.Gap.model_validate({"lo": 0.1, "hi": 0.3}).mid == pytest.approx(0.2)
+    assert json.loads(M.flags(0.0, 0.2, 0.0).model_dump_json()) == {"ddm": False, "max_gap": True, "top5_sum": False}
 
 
 def test_uniform_baseline_ratio_is_seeded_and_sane():

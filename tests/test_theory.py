@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from benchfill.diagnostics.metrics import w1_to_continuous_uniform
+from benchfill.diagnostics.metrics import gaps, w1_to_continuous_uniform
 from benchfill.diagnostics.theory import (
     finite_sample_gap_bound,
     gap_error_bound,
@@ -33,7 +33,8 @@ def test_gap_bound_and_ranking_hand_cases() -> None:
     assert finite_sample_gap_bound(2.0, 0.1, 30, 32) == pytest.approx(0.2 + math.sqrt(math.log(40) / 960))
     chk = ranking_check(0.25, 2.0, 0.1, n_items=30, n_rollouts=32)
     assert not chk.stable and chk.bound == pytest.approx(0.2 + chk.sampling_term)
-    assert json.loads(json.dumps(chk.as_dict()))["n_items"] == 30
+    assert json.loads(chk.model_dump_json())["n_items"] == 30 and chk.model_dump()["stable"] is False
+    assert ranking_check(0.25, 2.0, 0.1).model_dump()["n_items"] is None  # the population version
     with pytest.raises(InputError):
         ranking_check(0.1, 1.0, 0.1, n_items=30)
     with pytest.raises(InputError):
@@ -67,7 +68,7 @@ def test_worst_case_power_undetectable_is_alpha() -> None:
         res = worst_case_power(0.08, 0.1, 0.05, effect=0.5, n_rollouts=n)
         assert res.power == 0.05 and res.exact and not res.detectable
     assert worst_case_power(0.1, 0.1, 0.01).power == 0.01  # an open interval as wide as the gap still fits
-    assert json.loads(json.dumps(worst_case_power(0.08, 0.1).as_dict()))["power"] == 0.05
+    assert json.loads(worst_case_power(0.08, 0.1).model_dump_json())["power"] == 0.05
 
 
 def test_worst_case_power_detectable_rate() -> None:
@@ -102,8 +103,13 @@ def test_undetectable_intervals() -> None:
     d = np.array([1.0, 0.3, 0.35])
     out = undetectable_intervals(d, 0.2)
     assert [(g.lo, g.hi) for g in out] == [(0.35, 1.0), (0.0, 0.3)]
-    assert out[0].as_dict()["mid"] == pytest.approx(0.675)
+    assert out[0].model_dump() == pytest.approx({"lo": 0.35, "hi": 1.0, "mid": 0.675, "width": 0.65})
     assert [g.width for g in undetectable_intervals(d, 0.65)] == pytest.approx([0.65])  # >=: the gap itself fits
     assert undetectable_intervals(d, 0.7) == []
+    # the same intervals as filtering every gap (largest first, ties leftmost), only those wide enough are built
+    rng = np.random.default_rng(5)
+    d = np.round(rng.random(200), 2)  # ties in widths and zero-width gaps
+    every = [g for g in gaps(d) if g.width >= 0.02 and g.width > 0]
+    assert undetectable_intervals(d, 0.02) == every and len(every) > 5
     with pytest.raises(InputError):
         undetectable_intervals(np.array([0.2, 1.4]), 0.1)

@@ -5,9 +5,8 @@ All difficulties here are on the normalised axis d in [0, 1]: d_i = (b_i - min b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
+from pydantic import BaseModel, ConfigDict, computed_field
 
 FLAG_DDM = 0.10
 FLAG_MAX_GAP = 0.10
@@ -60,23 +59,28 @@ def _w1_sorted(d: np.ndarray) -> np.ndarray:
     return (((level - lo) ** 2 - (level - inside) ** 2) / 2 + ((hi - level) ** 2 - (inside - level) ** 2) / 2).sum(-1)
 
 
-@dataclass(frozen=True)
-class Gap:
-    """An empty interval on the normalised difficulty axis; ``mid`` is the fill target."""
+class Gap(BaseModel):
+    """An empty interval on the normalised difficulty axis; ``mid`` is the fill target. ``model_dump()`` gives
+    ``{lo, hi, mid, width}``."""
+
+    model_config = ConfigDict(frozen=True)
 
     lo: float
     hi: float
 
-    @property
-    def width(self) -> float:
-        return self.hi - self.lo
-
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def mid(self) -> float:
         return (self.lo + self.hi) / 2
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def width(self) -> float:
+        return self.hi - self.lo
+
     def as_dict(self) -> dict[str, float]:
-        return {"lo": self.lo, "hi": self.hi, "mid": self.mid, "width": self.width}
+        """Deprecated: ``model_dump()``. Kept only while ``diagnostics/report.py`` still calls it."""
+        return self.model_dump()
 
 
 def gap_widths(d: np.ndarray) -> np.ndarray:
@@ -86,15 +90,19 @@ def gap_widths(d: np.ndarray) -> np.ndarray:
     return np.diff(np.concatenate([zeros, d, zeros + 1.0], axis=-1), axis=-1)
 
 
-def gaps(d: np.ndarray, top: int | None = None) -> list[Gap]:
-    """The gaps of a 1-D d as intervals, largest first (ties: leftmost first)."""
+def gaps(d: np.ndarray, top: int | None = None, at_least: float | None = None) -> list[Gap]:
+    """The gaps of a 1-D d as intervals, largest first (ties: leftmost first); ``top``: only that many;
+    ``at_least``: only those at least that wide and not empty (the others are never built)."""
     d = np.sort(np.asarray(d, dtype=float))
     edges = np.concatenate([[0.0], d, [1.0]])
     widths = np.diff(edges)
-    order = np.lexsort((edges[:-1], -widths))
+    keep = np.arange(widths.size)
+    if at_least is not None:
+        keep = np.flatnonzero((widths >= at_least) & (widths > 0))
+    order = keep[np.lexsort((edges[:-1][keep], -widths[keep]))]
     if top is not None:
         order = order[:top]
-    return [Gap(float(edges[k]), float(edges[k + 1])) for k in order]
+    return [Gap(lo=float(edges[k]), hi=float(edges[k + 1])) for k in order]
 
 
 def max_gap(d: np.ndarray) -> float | np.ndarray:
@@ -146,16 +154,17 @@ def uniform_baseline_ratio(d: np.ndarray, n_sim: int = 2000, seed: int = 0) -> f
     return float(max_gap(d) / uniform_max_gap_median(d.shape[-1], n_sim, seed))
 
 
-@dataclass(frozen=True)
-class Flags:
+class Flags(BaseModel):
+    """Which of the paper's thresholds a benchmark reaches; ``model_dump()`` gives ``{ddm, max_gap, top5_sum}``."""
+
+    model_config = ConfigDict(frozen=True)
+
     ddm: bool
     max_gap: bool
     top5_sum: bool
 
-    def as_dict(self) -> dict[str, bool]:
-        return {"ddm": self.ddm, "max_gap": self.max_gap, "top5_sum": self.top5_sum}
-
 
 def flags(ddm_value: float, max_gap_value: float, top5_value: float) -> Flags:
     """Thresholds of the paper: DDM >= 0.10, max gap >= 0.10, Top-5 sum >= 0.30."""
-    return Flags(ddm_value >= FLAG_DDM, max_gap_value >= FLAG_MAX_GAP, top5_value >= FLAG_TOP5)
+    return Flags(ddm=bool(ddm_value >= FLAG_DDM), max_gap=bool(max_gap_value >= FLAG_MAX_GAP),
+                 top5_sum=bool(top5_value >= FLAG_TOP5))

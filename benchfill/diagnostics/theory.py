@@ -18,10 +18,8 @@ All widths, gaps and W1 values are on the normalised difficulty axis [0, 1]; gap
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
-
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from benchfill.diagnostics.metrics import Gap, gaps
 from benchfill.errors import InputError
@@ -75,8 +73,7 @@ def finite_sample_gap_bound(lipschitz: float, w1: float, n_items: int, n_rollout
     return gap_error_bound(lipschitz, w1) + hoeffding_term(n_items, n_rollouts, delta)
 
 
-@dataclass(frozen=True)
-class RankingCheck:
+class RankingCheck(BaseModel):
     """Whether the benchmark provably ranks two models as the target distribution would.
 
     Attributes:
@@ -89,6 +86,8 @@ class RankingCheck:
         n_items, n_rollouts, delta: the finite-sample inputs, None for the population version.
     """
 
+    model_config = ConfigDict(frozen=True)
+
     target_gap: float
     lipschitz: float
     w1: float
@@ -99,9 +98,6 @@ class RankingCheck:
     n_items: int | None = None
     n_rollouts: int | None = None
     delta: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def ranking_check(
@@ -155,8 +151,7 @@ def ranking_stable(
 # ------------------------------------------------------------------------------------------------ Theorem 2.3
 
 
-@dataclass(frozen=True)
-class PowerBound:
+class PowerBound(BaseModel):
     """Worst-case power of detecting an improvement of at least ``effect`` on some interval of ``interval_width``.
 
     Attributes:
@@ -172,6 +167,8 @@ class PowerBound:
         rollouts_for_80: rollouts per model that make the bound reach 0.8 (None when not applicable).
     """
 
+    model_config = ConfigDict(frozen=True)
+
     interval_width: float
     max_gap: float
     alpha: float
@@ -182,9 +179,6 @@ class PowerBound:
     n_rollouts: int | None = None
     n_tests: int = 1
     rollouts_for_80: int | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def power_lower_bound(effect: float, n_rollouts: int, alpha: float = 0.05, n_tests: int = 1) -> float:
@@ -242,13 +236,16 @@ def worst_case_power(
     width, gap, alpha = _nonneg("interval_width", interval_width), _nonneg("max_gap", max_gap), _prob("alpha", alpha)
     n_tests = _count("n_tests", n_tests)
     if width <= gap:
-        return PowerBound(width, gap, alpha, detectable=False, power=alpha, exact=True, effect=effect,
-                          n_rollouts=n_rollouts, n_tests=n_tests)
+        return PowerBound(interval_width=width, max_gap=gap, alpha=alpha, detectable=False, power=alpha, exact=True,
+                          effect=None if effect is None else float(effect),
+                          n_rollouts=None if n_rollouts is None else int(n_rollouts), n_tests=n_tests)
     if effect is None:
-        return PowerBound(width, gap, alpha, detectable=True, power=None, exact=False, n_tests=n_tests)
+        return PowerBound(interval_width=width, max_gap=gap, alpha=alpha, detectable=True, power=None, exact=False,
+                          n_tests=n_tests)
     need = rollouts_for_power(effect, 0.8, alpha, n_tests)
     power = power_lower_bound(effect, n_rollouts, alpha, n_tests) if n_rollouts is not None else None
-    return PowerBound(width, gap, alpha, detectable=True, power=power, exact=False, effect=float(effect),
+    return PowerBound(interval_width=width, max_gap=gap, alpha=alpha, detectable=True, power=power, exact=False,
+                      effect=float(effect),
                       n_rollouts=int(n_rollouts) if n_rollouts is not None else None, n_tests=n_tests,
                       rollouts_for_80=need)
 
@@ -265,4 +262,4 @@ def undetectable_intervals(d: np.ndarray, interval_width: float) -> list[Gap]:
     if d.min() < 0 or d.max() > 1:
         raise InputError("theory", "d must be normalised to [0, 1]")
     width = _nonneg("interval_width", interval_width)
-    return [g for g in gaps(d) if g.width >= width and g.width > 0]
+    return gaps(d, at_least=width)
