@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from benchfill.errors import InputError
 
-ItemFormat = Literal["mcq", "numeric", "math", "short", "open"]
+ItemFormat = Literal["mcq", "numeric", "math", "short", "structured", "open"]
+ITEM_FORMATS: tuple[str, ...] = ("mcq", "numeric", "math", "short", "structured", "open")
 LONG_COLUMNS = ("model", "item_id", "n_correct", "n_trials")
 
 
@@ -505,8 +506,8 @@ def _item_from_record(path: Path, rec: dict[str, Any], row: int, index: int) -> 
     if choices is not None and (not isinstance(choices, list) or len(choices) < 2):
         raise InputError(str(path), "'choices' must be a list of at least 2 options", row=row)
     fmt = rec.pop("format", None)
-    if fmt is not None and fmt not in ("mcq", "numeric", "math", "short", "open"):
-        raise InputError(str(path), f"format={fmt!r} is not one of mcq, numeric, math, short, open", row=row)
+    if fmt is not None and fmt not in ITEM_FORMATS:
+        raise InputError(str(path), f"format={fmt!r} is not one of {', '.join(ITEM_FORMATS)}", row=row)
     metadata = rec.pop("metadata", {}) or {}
     if not isinstance(metadata, dict):
         raise InputError(str(path), "'metadata' must be an object", row=row)

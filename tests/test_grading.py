@@ -191,3 +191,60 @@ def test_open_goes_to_judge() -> None:
     assert (ok.label, ok.score, ok.method) == ("correct", 0.9, "judge")
     bad = asyncio.run(Grader(_FakeClient(None, error="Timeout"), judge).grade(item, "Rayleigh."))
     assert bad.label == "skip" and "judge failed" in bad.reason
+
+
+# ---- multi-answer multiple choice (set equality) and structured answers (field-wise), issue 15 ----------------
+
+
+@pytest.mark.parametrize("response,label", [
+    ("Answer: A, C", "correct"),
+    ("Answer: C and A", "correct"),          # order does not matter: a set
+    ("The answer is \\boxed{A, C}", "correct"),
+    ("Answer: A", "incorrect"),              # a strict subset is wrong (no partial credit)
+    ("Answer: A, B, C", "incorrect"),        # so is a superset
+    ("Answer: B, D", "incorrect"),
+    ("Answer: A, F", "incorrect"),           # F is not an option: wrong form, counted wrong
+])
+def test_multi_answer_mcq_is_set_equality(response: str, label: str) -> None:
+    item = Item(id="m", question="Select all that apply: which are prime?", answer="A, C",
+                choices=["2", "4", "5", "9"], format="mcq")
+    assert grade(item, response).label == label
+
+
+def test_multi_answer_gold_as_option_texts_is_not_a_set() -> None:
+    # a gold that is neither letters nor one option's text is ungradable, not silently single-answer
+    item = Item(id="m", question="Select all that apply.", answer="2 and 5", choices=["2", "4", "5", "9"],
+                format="mcq")
+    assert grade(item, "Answer: A, C").label == "skip"
+
+
+def _structured(answer: str) -> Item:
+    return Item(id="s", question="Give the mean and the median.", answer=answer, format="structured")
+
+
+@pytest.mark.parametrize("gold,response,label,reason", [
+    ('{"mean": 4, "median": 3.5}', 'Answer: {"median": 3.5, "mean": 4}', "correct", "2/2"),   # field order free
+    ('{"mean": 4, "median": 3.5}', 'Answer: {"Mean": "4.0", "median": 3.5}', "correct", "2/2"),  # names, numbers
+    ('{"mean": 4, "median": 3.5}', 'Answer: {"mean": 4, "median": 3.6}', "incorrect", "1/2"),
+    ('{"mean": 4, "median": 3.5}', 'Answer: {"mean": 4}', "incorrect", "1/2"),               # a field missing
+    ('{"mean": 4, "median": 3.5}', 'Answer: {"mean": 4, "median": 3.5, "mode": 2}', "incorrect", "1/2"),  # extra
+    ('["boil", "steep", "pour"]', 'Answer: ["boil", "steep", "pour"]', "correct", "3/3"),
+    ('["boil", "steep", "pour"]', 'Answer: boil -> steep -> pour', "correct", "3/3"),        # a written list
+    ('["boil", "steep", "pour"]', 'Answer: ["steep", "boil", "pour"]', "incorrect", "1/3"),  # order matters
+    ('["boil", "steep", "pour"]', 'Answer: ["boil", "steep"]', "incorrect", "2/3"),
+    ('{"rows": [{"x": 1}, {"x": 2}]}', 'Answer: {"rows": [{"x": 1}, {"x": 2}]}', "correct", "2/2"),  # nested
+    ('{"a": 13535}', 'Answer: {"a": 13536}', "incorrect", "0/1"),                            # integers exact
+])
+def test_structured_answers_are_graded_field_by_field(gold: str, response: str, label: str, reason: str) -> None:
+    res = grade(_structured(gold), "Some reasoning first: [1, 2] is not it.\n" + response)
+    assert (res.label, res.method) == (label, "structured") and res.reason.startswith(reason), res
+
+
+def test_structured_answer_in_a_json_fence_and_failures_by_fault() -> None:
+    from benchfill.models.grading import parse_structured
+
+    assert grade(_structured('{"a": 1}'), 'Here:\n```json\n{"a": 1.0}\n```').label == "correct"
+    no_answer = grade(_structured('{"a": 1}'), "I think it is one.")
+    assert no_answer.label == "incorrect" and is_form_failure(no_answer)   # the model's fault: a counted trial
+    assert grade(_structured("one"), 'Answer: {"a": 1}').label == "skip"   # an ungradable gold: not a trial
+    assert parse_structured("Answer: {}") is None and parse_structured('x {"k": [1, 2]} y') == {"k": [1, 2]}

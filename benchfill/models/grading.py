@@ -517,6 +517,154 @@ def _grade_short(item: Item, response: str | None) -> GradeResult:
     return _verdict(False, "short", extracted)
 
 
+# ----------------------------------------------------------------------------------------------- structured
+#
+# A structured answer (BenchBench's "structured" question type, e.g. a list or a table) is JSON: an array when the
+# question asks for items in a fixed order (the steps of a procedure, a ranking, a sequence), an object when it asks
+# for named fields (a table row: {"mean": 4, "median": 3.5}). The gold is stored as that JSON. Grading is
+# field-wise: an object matches when it has the same fields (names compared normalised: case, spaces, "_" / "-")
+# and every field's value matches; an array matches when it has the same length and every element matches in
+# order; values nest. A leaf matches as a number (SPEC 6 rules: an integer only itself, else a 1e-6 relative
+# tolerance), else by normalised exact match (as ``short``). All fields must match: there is no partial credit
+# (the reason says how many did). Unordered sets of options are multi-answer multiple choice (set match), not this.
+
+
+def _json_spans(text: str) -> list[str]:
+    """Balanced ``[...]`` / ``{...}`` spans of ``text`` (outermost only, in order; strings respected)."""
+    spans, depth, start, in_str, esc = [], 0, -1, False, False
+    for pos, ch in enumerate(text):
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+            continue
+        if ch == '"' and depth > 0:
+            in_str = True
+        elif ch in "[{":
+            if depth == 0:
+                start = pos
+            depth += 1
+        elif ch in "]}" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                spans.append(text[start: pos + 1])
+    return spans
+
+
+def parse_structured(text: str | None) -> list[Any] | dict[str, Any] | None:
+    """A structured answer from text: JSON (an array or an object; also inside a ```json fence or after
+    "Answer:"), else a one-line list written "a, b, c" / "a; b; c" / "a -> b -> c" after "Answer:". None when there
+    is no such answer (or the array / object is empty)."""
+    import json
+
+    if text is None:
+        return None
+
+    def from_json(cand: str) -> list[Any] | dict[str, Any] | None:
+        for span in [cand] + _json_spans(cand)[::-1]:
+            try:
+                value = json.loads(span)
+            except (json.JSONDecodeError, ValueError):
+                continue
+            if isinstance(value, (list, dict)) and value:
+                return value
+        return None
+
+    fences = re.findall(r"```(?:json)?\s*(.*?)```", text, flags=re.DOTALL)
+    if fences and (value := from_json(fences[-1].strip())) is not None:
+        return value
+    phrase = answer_phrase(text)
+    if phrase is not None:
+        if (value := from_json(phrase)) is not None:
+            return value
+        parts = [p.strip() for p in re.split(r"\s*(?:->|→|;|,)\s*", phrase) if p.strip()]
+        if len(parts) >= 2:
+            return parts
+    return from_json(text.strip())
+
+
+def _field_name(key: Any) -> str:
+    return normalize_short(re.sub(r"[_\-]+", " ", str(key)))
+
+
+def _leaves_equal(gold: Any, pred: Any) -> bool:
+    if isinstance(gold, bool) or isinstance(pred, bool):
+        return str(gold).lower() == str(pred).lower()
+    g, p = str(gold), str(pred)
+    same_number = numeric_equal(g, p)
+    if same_number is not None:
+        return same_number
+    return normalize_short(g) == normalize_short(p)
+
+
+def structured_match(gold: Any, pred: Any) -> tuple[int, int]:
+    """(fields that match, fields in the gold), counted over the gold's leaves: an object field missing from the
+    answer (or a list element past its end) is a mismatch; an answer with extra fields or elements matches at most
+    ``total - 1``. Correct means ``matched == total``."""
+    if isinstance(gold, dict):
+        if not isinstance(pred, dict):
+            return 0, _n_leaves(gold)
+        by_name = {_field_name(k): v for k, v in pred.items()}
+        matched = total = 0
+        for k, v in gold.items():
+            name = _field_name(k)
+            if name in by_name:
+                m, t = structured_match(v, by_name[name])
+            else:
+                m, t = 0, _n_leaves(v)
+            matched, total = matched + m, total + t
+        extra = set(by_name) - {_field_name(k) for k in gold}
+        return (min(matched, total - 1) if extra and total else matched), total
+    if isinstance(gold, list):
+        if not isinstance(pred, list):
+            return 0, _n_leaves(gold)
+        matched = total = 0
+        for k, v in enumerate(gold):
+            m, t = structured_match(v, pred[k]) if k < len(pred) else (0, _n_leaves(v))
+            matched, total = matched + m, total + t
+        return (min(matched, total - 1) if len(pred) > len(gold) and total else matched), total
+    if isinstance(pred, (dict, list)):
+        return 0, 1
+    return int(_leaves_equal(gold, pred)), 1
+
+
+def _n_leaves(value: Any) -> int:
+    if isinstance(value, dict):
+        return sum(_n_leaves(v) for v in value.values()) or 1
+    if isinstance(value, list):
+        return sum(_n_leaves(v) for v in value) or 1
+    return 1
+
+
+def structured_equal(gold: Any, pred: Any) -> bool:
+    """Whether a structured answer matches the gold field by field (see :func:`structured_match`)."""
+    matched, total = structured_match(gold, pred)
+    return total > 0 and matched == total
+
+
+def grade_structured(item: Item, response: str | None) -> GradeResult:
+    """Grade a ``structured`` item: the gold and the response's final answer read as JSON (:func:`parse_structured`)
+    and compared field-wise (:func:`structured_match`). No structured final answer in the response: wrong, by the
+    model's fault; a gold that is not a JSON array or object: ``skip``."""
+    import json
+
+    text, why = final_text(response)
+    if text is None:
+        return _wrong("structured", why or "empty response")
+    gold = parse_structured(item.answer)
+    if gold is None:
+        return _skip("structured", f"gold answer {item.answer[:80]!r} is not a JSON array or object")
+    pred = parse_structured(text)
+    if pred is None:
+        return _wrong("structured", "no structured final answer (a JSON array or object) found")
+    matched, total = structured_match(gold, pred)
+    extracted = json.dumps(pred, ensure_ascii=False)
+    return _verdict(matched == total, "structured", extracted, f"{matched}/{total} fields match")
+
+
 # ----------------------------------------------------------------------------------------------- entry points
 
 
@@ -529,6 +677,8 @@ def grade(item: Item, response: str | None, finish_reason: str | None = None) ->
     if finish_reason == "length":
         return _wrong(item.resolved_format, "ran out of tokens (finish_reason length)")
     fmt = item.resolved_format
+    if fmt == "structured":
+        return grade_structured(item, response)
     if fmt == "mcq":
         return _grade_mcq(item, response)
     if fmt in ("numeric", "math"):

@@ -28,7 +28,7 @@ from benchfill.errors import InputError
 BUILTIN_DIR = Path(str(resources.files("benchfill"))) / "prompts"
 ANSWER_TEMPLATE = {
     "mcq": "answer_mcq", "numeric": "answer_numeric", "math": "answer_math", "short": "answer_short",
-    "open": "answer_open",
+    "structured": "answer_structured", "open": "answer_open",
 }
 DEFAULT_RUBRIC = "The response is correct if its final answer means the same as the reference answer."
 MAX_REFERENCES = 16
