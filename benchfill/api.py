@@ -17,7 +17,7 @@ import asyncio
 from pathlib import Path
 from typing import Any, Sequence
 
-from pydantic import BaseModel, Field, RootModel
+from pydantic import BaseModel, ConfigDict, Field, RootModel, SkipValidation
 
 from benchfill.aio import run_sync
 from benchfill.data import Item, ResponseMatrix
@@ -25,8 +25,10 @@ from benchfill.diagnostics.calibrate import CalibrationResult
 from benchfill.diagnostics.detect import DetectionResult
 from benchfill.diagnostics.report import Diagnosis
 from benchfill.irt.placement import PlacedItem
+from benchfill.models.evaluate import EvaluationResult
 
 DEFAULT_SAMPLER = "fast"
+DIAGNOSIS_GAPS = 10  # gaps a diagnosis records, largest first (the CLI's --top-gaps shows 5 of them by default)
 
 
 def load_responses(source: Any, *, items: str | Path | Sequence[Item] | None = None, models: int | None = None,
@@ -50,10 +52,75 @@ def load_responses(source: Any, *, items: str | Path | Sequence[Item] | None = N
     return keep_models(resp, models, models_file)
 
 
+class ImportResult(BaseModel):
+    """What :func:`import_logs` read (``benchfill import``; its ``--json``): the figures of the summary, what was
+    written, and, not serialised, the response counts (``responses``) and the item texts (``items``) themselves."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    format: str = Field(description="the importer (lm-eval, inspect, helm, opencompass, openllm)")
+    files: list[str] = Field(description="the log files (HELM: run folders) read")
+    models: list[str]
+    n_items: int
+    n_trials: int = Field(description="graded answers read: epochs, repeats and rollouts each count")
+    tasks: dict[str, int] = Field(description="items per task; item ids are <task>/<the log's sample id>")
+    chosen: dict[str, str] = Field(description="what was read, e.g. {'metric': 'acc', 'filter': 'none'}")
+    skipped: dict[str, int] = Field(description="per model, samples that are not trials (errored) and were left out")
+    notes: list[str]
+    summary: list[str] = Field(description="the lines `benchfill import` prints")
+    out: str | None = Field(None, description="the long response file written (model,item_id,n_correct,n_trials,task)")
+    rows: int = Field(description="rows of that file: attempted (model, item) pairs")
+    items_out: str | None = Field(None, description="the items JSONL written (None when the logs carry no texts)")
+    n_item_texts: int = Field(description="items whose question and answer the logs carry")
+    responses: SkipValidation[ResponseMatrix] = Field(exclude=True, repr=False)
+    items: list[Item] = Field(default_factory=list, exclude=True, repr=False)
+
+
+def import_logs(fmt: str, paths: str | Path | Sequence[str | Path], *, out: str | Path | None = None,
+                items_out: str | Path | None = None, metric: str | None = None, filter: str | None = None,
+                threshold: float | None = None) -> ImportResult:
+    """Read another harness's eval logs (``benchfill import FORMAT PATHS``): ``fmt`` one of lm-eval, inspect, helm,
+    opencompass, openllm; ``paths`` log files or folders (searched recursively). ``metric``: the metric (lm-eval,
+    openllm, helm) or ``scorer[/key]`` (inspect) to read, default the log's first / main one; ``filter``: the
+    lm-eval filter, default ``none`` if present, else the first; ``threshold``: count a non-0/1 score >= it as
+    correct (default: scores must be 0/1). With ``out`` the long response file (plus a ``task`` column) is
+    written, with ``items_out`` the item texts the logs carry (JSONL). Returns the :class:`ImportResult`; its
+    ``responses`` go straight to :func:`diagnose` or :func:`suite` (``by="task"``)."""
+    import io
+
+    from benchfill.data import write_items
+    from benchfill.importers import Options, resolve_format
+    from benchfill.importers import import_logs as _read
+    from benchfill.io import atomic_write_text
+
+    name = resolve_format(fmt)
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    logs = _read(name, paths, Options(metric=metric, filter=filter, threshold=threshold))
+    matrix = logs.matrix(", ".join(map(str, paths)), min_models=1)
+    frame = matrix.to_long()
+    frame["task"] = frame["item_id"].map(logs.tasks)
+    if out is not None:
+        buf = io.StringIO()
+        frame.to_csv(buf, index=False)
+        atomic_write_text(Path(out), buf.getvalue())
+    items = logs.item_list()
+    if items_out is not None and items:
+        write_items(items_out, items)
+    tasks: dict[str, int] = {}
+    for item in matrix.item_ids:
+        tasks[logs.tasks[item]] = tasks.get(logs.tasks[item], 0) + 1
+    return ImportResult(format=name, files=list(logs.files), models=list(matrix.models), n_items=matrix.shape[1],
+                        n_trials=int(matrix.n_trials.sum()), tasks=tasks, chosen=dict(logs.chosen),
+                        skipped=dict(logs.skipped), notes=list(logs.notes), summary=logs.summary_lines(),
+                        out=None if out is None else str(out), rows=len(frame),
+                        items_out=None if items_out is None or not items else str(items_out),
+                        n_item_texts=len(items), responses=matrix, items=items)
+
+
 def diagnose(responses: ResponseMatrix | Any, *, items: str | Path | Sequence[Item] | None = None,
              sampler: str = DEFAULT_SAMPLER, chains: int = 4, tune: int = 1000, draws: int = 1000, seed: int = 0,
              guessing: float | None = None, choices: int | None = None, robustness: bool = False,
-             top_gaps: int = 10) -> Diagnosis:
+             top_gaps: int = DIAGNOSIS_GAPS) -> Diagnosis:
     """Fit the IRT model and diagnose the benchmark (SPEC sections 2-3): the same defaults as ``benchfill
     diagnose``. ``responses``: anything :func:`load_responses` takes. Multiple-choice items (``choices``) get the
     guessing rate 1/k; ``guessing`` or ``choices`` set one for every item. Returns the :class:`Diagnosis`; its
@@ -388,44 +455,157 @@ def vote(run_dir: str | Path, item_id: str, decision: str, reviewer: str, note: 
         bank.close()
 
 
-async def fill_async(items: str | Path, responses: str | Path, config: str | Path, out: str | Path, *,
-                     models: int | None = 12, models_file: str | Path | None = None, gaps: int = 3,
-                     sampler: str = "", seed: int = 0, compare: bool = False, resume: bool = False,
-                     allow_floor_gaps: bool = False, on_event: Any = None) -> dict[str, Any]:
-    """The BenchFill search (``benchfill fill``), awaitable: runs in a worker thread so the caller's loop stays
-    free. Returns the run's summary (as ``summary.json``)."""
-    return await asyncio.to_thread(_fill, items, responses, config, out, models, models_file, gaps, sampler, seed,
-                                   compare, resume, allow_floor_gaps, on_event)
+class GapFill(BaseModel):
+    """One gap of a fill run: where it lies, whether it was filled, by which item and how close to the target."""
+
+    gap: int
+    lo: float | None = None
+    hi: float | None = None
+    target: float | None = None
+    status: str | None = None
+    chosen: str | None = None
+    chosen_d: float | None = None
+    chosen_d_sd: float | None = None
+    deviation: float | None = None
+    rounds: int | None = None
+    n_candidates: int | None = None
+    cost: float | None = None
+    note: str | None = None
 
 
-def fill(items: str | Path, responses: str | Path, config: str | Path, out: str | Path, **options: Any
-         ) -> dict[str, Any]:
-    """:func:`fill_async` from synchronous code (also inside a running event loop, e.g. Jupyter)."""
-    return run_sync(fill_async(items, responses, config, out, **options))
+class MethodFill(BaseModel):
+    """One method's gaps (BenchFill, or the budget-matched baseline) and their totals."""
+
+    gaps: list[GapFill]
+    filled: int
+    top3_reduction: float | None
+    mean_deviation: float | None
+    candidates: int
+    cost: float
 
 
-def _fill(items, responses, config, out, models, models_file, gaps, sampler, seed, compare, resume,
-          allow_floor_gaps, on_event) -> dict[str, Any]:
+class OracleFill(BaseModel):
+    inserted: list[float]
+    top3_reduction: float | None
+
+
+class FillSummary(BaseModel):
+    """What a fill run did (``summary.json``; ``benchfill fill --json``): per method its gaps, the Top-3 gap-sum
+    reduction, and the oracle's. ``label`` says SIMULATED when the models were simulated."""
+
+    label: str | None = None
+    simulated: bool
+    n_items: int
+    top3_before: float
+    methods: dict[str, MethodFill]
+    oracle: OracleFill
+
+
+def fill_run(items: str | Path, responses: str | Path, config: str | Path, out: str | Path, *,
+             models: int | None = 12, models_file: str | Path | None = None, gaps: int = 3, sampler: str = "",
+             seed: int = 0, compare: bool = False, resume: bool = False, allow_floor_gaps: bool = False,
+             on_event: Any = None):
+    """The fill run of :func:`fill`, set up (benchmark diagnosed, models configured) but not started: for a caller
+    that shows ``run.model_selection`` or ``run.simulated`` before ``run.run()`` (the CLI); close it after."""
     from benchfill.graphs.run import FillOptions, FillRun
 
     opts = FillOptions(items=Path(items), responses=Path(responses), config=Path(config), out=Path(out),
                        models=models, models_file=None if models_file is None else Path(models_file), n_gaps=gaps,
                        sampler=sampler, seed=seed, compare=compare, resume=resume, allow_floor_gaps=allow_floor_gaps)
-    run = FillRun(opts, on_event=on_event)
+    return FillRun(opts, on_event=on_event)
+
+
+async def fill_async(items: str | Path, responses: str | Path, config: str | Path, out: str | Path, *,
+                     models: int | None = 12, models_file: str | Path | None = None, gaps: int = 3,
+                     sampler: str = "", seed: int = 0, compare: bool = False, resume: bool = False,
+                     allow_floor_gaps: bool = False, on_event: Any = None) -> FillSummary:
+    """The BenchFill search (``benchfill fill``), awaitable: runs in a worker thread so the caller's loop stays
+    free. ``models``: models kept for the scale (spread evenly by accuracy); ``gaps``: gaps to fill; ``compare``:
+    also the budget-matched baseline; ``resume``: continue the run in ``out``; ``on_event(dict)``: progress.
+    Returns the :class:`FillSummary` (also written as ``out/summary.json``, with ``out/report.html``)."""
+    return await asyncio.to_thread(_fill, items, responses, config, out, models=models, models_file=models_file,
+                                   gaps=gaps, sampler=sampler, seed=seed, compare=compare, resume=resume,
+                                   allow_floor_gaps=allow_floor_gaps, on_event=on_event)
+
+
+def fill(items: str | Path, responses: str | Path, config: str | Path, out: str | Path, *,
+         models: int | None = 12, models_file: str | Path | None = None, gaps: int = 3, sampler: str = "",
+         seed: int = 0, compare: bool = False, resume: bool = False, allow_floor_gaps: bool = False,
+         on_event: Any = None) -> FillSummary:
+    """:func:`fill_async` from synchronous code (also inside a running event loop, e.g. Jupyter)."""
+    return run_sync(fill_async(items, responses, config, out, models=models, models_file=models_file, gaps=gaps,
+                               sampler=sampler, seed=seed, compare=compare, resume=resume,
+                               allow_floor_gaps=allow_floor_gaps, on_event=on_event))
+
+
+def _fill(items, responses, config, out, **options: Any) -> FillSummary:
+    run = fill_run(items, responses, config, out, **options)
     try:
-        return run.run()
+        return FillSummary.model_validate(run.run())
     finally:
         run.close()
 
 
 async def evaluate_async(items: str | Path, config: str | Path, out: str | Path, *, limit: int | None = None,
-                         rollouts: int | None = None, progress: Any = None):
-    """Every panel model answers every item (``benchfill evaluate``), awaitable. Returns the EvaluationResult."""
+                         rollouts: int | None = None, progress: Any = None) -> EvaluationResult:
+    """Every panel model answers every item (``benchfill evaluate``), awaitable: ``limit`` only the first N items,
+    ``rollouts`` overrides every panel model's; ``progress`` a :class:`benchfill.models.progress` state (or None).
+    Writes ``out/responses.csv`` (what :func:`diagnose` reads), ``calls.sqlite`` (the cache: a rerun pays nothing
+    twice) and ``summary.json``. Returns the :class:`EvaluationResult`."""
     from benchfill.models.evaluate import evaluate_async as _evaluate_async
 
     return await _evaluate_async(items, config, out, limit=limit, rollouts=rollouts, progress=progress)
 
 
-def evaluate(items: str | Path, config: str | Path, out: str | Path, **options: Any):
+def evaluate(items: str | Path, config: str | Path, out: str | Path, *, limit: int | None = None,
+             rollouts: int | None = None, progress: Any = None) -> EvaluationResult:
     """:func:`evaluate_async` from synchronous code (also inside a running event loop, e.g. Jupyter)."""
-    return run_sync(evaluate_async(items, config, out, **options))
+    return run_sync(evaluate_async(items, config, out, limit=limit, rollouts=rollouts, progress=progress))
+
+
+class GapTrace(RootModel[dict[str, Any]]):
+    """One gap's search (``benchfill trace``): rounds, parents, children with verdicts, panel counts and
+    placements, tokens and cost; dumps as that dict."""
+
+
+def trace(run_dir: str | Path, *, gap: int = 1, method: str = "benchfill") -> GapTrace:
+    """One gap of a fill run (``benchfill trace RUN --gap N --method M``): ``gap`` 1-based in the order filled,
+    ``method`` benchfill or baseline."""
+    from benchfill.cli_support import did_you_mean
+    from benchfill.errors import InputError
+    from benchfill.graphs.trace import gap_trace
+
+    if method not in ("benchfill", "baseline"):
+        raise InputError("--method", f"{method!r}: choose benchfill or baseline"
+                                     f"{did_you_mean(method, ['benchfill', 'baseline'])}")
+    bank = _open_bank(run_dir)
+    try:
+        return GapTrace(gap_trace(bank, method, gap))
+    finally:
+        bank.close()
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Write ``RUN/report.html`` (self-contained, offline: the run's gaps, searches and review queue) and return
+    its path; ``benchfill view`` writes it, then serves it (see :func:`view`)."""
+    from benchfill.viewer import write_report as _write
+
+    bank = _open_bank(run_dir)
+    try:
+        return _write(run_dir, bank=bank)
+    finally:
+        bank.close()
+
+
+def view(run_dir: str | Path, *, port: int = 0):
+    """The run in the browser with review voting (``benchfill view``): writes ``report.html`` and returns a
+    :class:`benchfill.viewer.server.ViewServer` on 127.0.0.1 (``port`` 0: a free one); its ``url`` is the address,
+    ``serve_forever()`` serves until interrupted, ``close()`` stops it."""
+    from benchfill.errors import InputError
+    from benchfill.viewer.server import ViewServer
+
+    write_report(run_dir)
+    try:
+        return ViewServer(run_dir, port=port)
+    except OSError as exc:
+        raise InputError(f"--port {port}", f"cannot listen on 127.0.0.1 ({exc.strerror or exc})") from None

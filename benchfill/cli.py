@@ -87,7 +87,7 @@ def _selection_note(resp, out=None) -> None:
 
 
 def _run_diagnosis(responses, items, guessing, choices, sampler: str, chains: int, tune: int, draws: int, seed: int,
-                   robustness: bool, status_console=None):
+                   robustness: bool, status_console=None, top_gaps: int | None = None):
     """:func:`benchfill.api.diagnose` behind a status line; returns the diagnosis (its fit attached)."""
     from benchfill import api
 
@@ -99,7 +99,7 @@ def _run_diagnosis(responses, items, guessing, choices, sampler: str, chains: in
                    f"{sampler or api.DEFAULT_SAMPLER}{what} ..."):
         return api.diagnose(responses, items=items, sampler=sampler or api.DEFAULT_SAMPLER, chains=chains,
                             tune=tune, draws=draws, seed=seed, guessing=guessing, choices=choices,
-                            robustness=robustness)
+                            robustness=robustness, top_gaps=max(top_gaps or 0, api.DIAGNOSIS_GAPS))
 
 
 @app.command()
@@ -137,7 +137,7 @@ def diagnose(
     load_s = time.perf_counter() - clock
     _selection_note(resp)
     dg = _run_diagnosis(resp, its, guessing, choices, sampler, chains, tune, draws, seed, robustness,
-                        status_console=err_console)
+                        status_console=err_console, top_gaps=top_gaps)
     dg.timings = {"load": round(load_s, 3), **dg.timings}
     png = png or files_json.with_suffix(".png")
     scale_path = files_json.with_suffix(".scale.npz")
@@ -252,12 +252,9 @@ def fill(
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the summary as JSON (- = stdout)"),
 ) -> None:
     """Fill the largest difficulty gaps with the BenchFill search (rewrite -> validate -> label -> place)."""
+    from benchfill import api
     from benchfill.graphs.render import FillLive, fill_summary_table
-    from benchfill.graphs.run import SIM_BANNER, FillOptions, FillRun
-
-    opts = FillOptions(items=items, responses=responses, config=config, out=out, models=models,
-                       models_file=models_file, n_gaps=gaps, sampler=sampler, seed=seed, compare=compare,
-                       resume=resume, allow_floor_gaps=allow_floor_gaps)
+    from benchfill.graphs.run import SIM_BANNER
     from benchfill.models.client import CallsFailed
 
     _check_fit_options(sampler)
@@ -266,7 +263,9 @@ def fill(
         quiet_worker_start()
     live = FillLive(con)
     with con.status("diagnosing the benchmark (IRT fit) ..."):
-        run = FillRun(opts, on_event=live.update)
+        run = api.fill_run(items, responses, config, out, models=models, models_file=models_file, gaps=gaps,
+                           sampler=sampler, seed=seed, compare=compare, resume=resume,
+                           allow_floor_gaps=allow_floor_gaps, on_event=live.update)
     if run.model_selection:  # the same rule as `diagnose --models N`
         sel = run.model_selection
         con.print(f"scale: kept {len(sel['kept'])} of {sel['of']} models ({sel['rule']}; --models N, --models-file "
@@ -275,14 +274,14 @@ def fill(
         con.print(SIM_BANNER, style="bold yellow", markup=False, highlight=False)
     try:
         with live:
-            summary = run.run()
+            summary = api.FillSummary.model_validate(run.run())
     except CallsFailed as exc:  # an outage is not an outcome: the node that met it re-runs on --resume
         err_console.print(f"benchfill: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(CALLS_FAILED_EXIT) from None
     finally:
         run.close()
-    con.print(fill_summary_table(summary))
-    write_json_result(json_out, summary, note=con)
+    con.print(fill_summary_table(summary.model_dump()))
+    write_json_result(json_out, summary.model_dump_json(indent=2) + "\n", note=con)
     con.print(f"wrote {out / 'summary.json'} and {out / 'report.html'}; inspect a gap with: benchfill trace {out} "
               f"--gap 1, or open the report (benchfill view {out})", markup=False, highlight=False, soft_wrap=True)
 
@@ -298,16 +297,14 @@ def trace(
     full: bool = typer.Option(False, "--full", help="print every question whole (default: its first 70 characters)"),
 ) -> None:
     """Show one gap's search: rounds, parents, children, verdicts, panel counts, placement, tokens and cost."""
+    from benchfill import api
     from benchfill.graphs.render import trace_tree
-    from benchfill.graphs.trace import gap_trace
 
-    if method not in ("benchfill", "baseline"):
-        raise InputError("--method", f"{method!r}: choose benchfill or baseline{did_you_mean(method, ['benchfill', 'baseline'])}")
-    data = gap_trace(_open_bank(run_dir), method, gap)
+    data = api.trace(run_dir, gap=gap, method=method)
     if json_out is not None:
-        write_json_result(json_out, data)
+        write_json_result(json_out, data.model_dump_json(indent=2) + "\n")
     else:
-        console.print(trace_tree(data, full=full))
+        console.print(trace_tree(data.root, full=full))
 
 
 @app.command()
@@ -353,19 +350,14 @@ def view(
 ) -> None:
     """The run in the browser: writes RUN/report.html (self-contained, offline) and serves it on 127.0.0.1 with
     review voting (approve / reject per reviewer, stored in the memory bank) until Ctrl-C."""
-    from benchfill.viewer import write_report
-    from benchfill.viewer.server import ViewServer
+    from benchfill import api
 
-    bank = _open_bank(run_dir)
-    path = write_report(run_dir, bank=bank)
-    bank.close()
-    console.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
     if not serve:
+        path = api.write_report(run_dir)
+        console.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
         return
-    try:
-        server = ViewServer(run_dir, port=port)
-    except OSError as exc:
-        raise InputError(f"--port {port}", f"cannot listen on 127.0.0.1 ({exc.strerror or exc})") from None
+    server = api.view(run_dir, port=port)
+    console.print(f"wrote {Path(run_dir) / 'report.html'}", markup=False, highlight=False, soft_wrap=True)
     console.print(f"serving {run_dir} at {server.url} (Ctrl-C to stop)", markup=False, highlight=False, soft_wrap=True)
     try:
         server.serve_forever()
@@ -464,18 +456,17 @@ def evaluate(
 ) -> None:
     """Every panel model answers every item `rollouts` times; answers are graded (objective first) and counted
     into a response file `benchfill diagnose` reads. Calls are cached: a rerun or a resumed run pays nothing twice."""
-    from benchfill.models.config import load_config
-    from benchfill.models.evaluate import evaluate as run_evaluate
-    from benchfill.models.progress import live_progress, print_summary, simulated_banner
-
+    from benchfill import api
     from benchfill.models.client import CallsFailed
+    from benchfill.models.config import load_config
+    from benchfill.models.progress import live_progress, print_summary, simulated_banner
 
     con = result_console(json_out)
     if load_config(config).simulated:
         simulated_banner(con)
     try:
         with live_progress(con, enabled=progress and con.is_terminal) as state:
-            result = run_evaluate(items, config, out, limit=limit, rollouts=rollouts, progress=state)
+            result = api.evaluate(items, config, out, limit=limit, rollouts=rollouts, progress=state)
     except CallsFailed as exc:  # an outage is not an outcome: nothing counted, exit 3, a rerun retries them
         err_console.print(f"benchfill: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(CALLS_FAILED_EXIT) from None
@@ -538,41 +529,21 @@ def import_(
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the import summary as JSON (- = stdout)"),
 ) -> None:
     """Import eval logs of another harness into a response file (and items) the other commands read."""
-    import io
+    from benchfill import api
 
-    from benchfill.data import write_items
-    from benchfill.importers import Options, import_logs
-    from benchfill.io import atomic_write_text
-
-    from benchfill.importers import ALIASES, FORMATS
-
-    if fmt.strip().lower() not in FORMATS and fmt.strip().lower() not in ALIASES:
-        raise InputError("FORMAT", f"{fmt!r}: unknown import format; one of {', '.join(FORMATS)}"
-                                   f"{did_you_mean(fmt.strip().lower(), [*FORMATS, *ALIASES])}")
-    res = import_logs(fmt, paths, Options(metric=metric, filter=filter_, threshold=threshold))
-    matrix = res.matrix(", ".join(map(str, paths)), min_models=1)
-    frame = matrix.to_long()
-    frame["task"] = frame["item_id"].map(res.tasks)
-    buf = io.StringIO()
-    frame.to_csv(buf, index=False)
-    atomic_write_text(out, buf.getvalue())
+    res = api.import_logs(fmt, paths, out=out, items_out=items_out, metric=metric, filter=filter_,
+                          threshold=threshold)
     con = result_console(json_out)
-    for line in res.summary_lines():
+    for line in res.summary:
         con.print(line, markup=False, highlight=False, soft_wrap=True)
-    con.print(f"wrote {out}: {len(frame)} rows", markup=False, highlight=False, soft_wrap=True)
-    result = {"format": fmt, "out": str(out), "rows": len(frame), "models": list(matrix.models),
-              "n_items": matrix.shape[1], "summary": res.summary_lines(), "items_out": None, "n_item_texts": 0}
-    if items_out is not None:
-        items = res.item_list()
-        if not items:
-            err_console.print(f"note: {items_out} not written: these logs carry no item texts (question and answer)",
-                              markup=False, highlight=False, soft_wrap=True)
-        else:
-            write_items(items_out, items)
-            result.update(items_out=str(items_out), n_item_texts=len(items))
-            con.print(f"wrote {items_out}: {len(items)} of {matrix.shape[1]} items (those whose question and "
-                      "answer the logs carry)", markup=False, highlight=False, soft_wrap=True)
-    write_json_result(json_out, result, note=con)
+    con.print(f"wrote {out}: {res.rows} rows", markup=False, highlight=False, soft_wrap=True)
+    if items_out is not None and res.items_out is None:
+        err_console.print(f"note: {items_out} not written: these logs carry no item texts (question and answer)",
+                          markup=False, highlight=False, soft_wrap=True)
+    elif res.items_out is not None:
+        con.print(f"wrote {items_out}: {res.n_item_texts} of {res.n_items} items (those whose question and answer "
+                  "the logs carry)", markup=False, highlight=False, soft_wrap=True)
+    write_json_result(json_out, res.model_dump_json(indent=2) + "\n", note=con)
 
 
 # ---- designers (BenchBench: card / run / rewriters) -------------------------------------------------------

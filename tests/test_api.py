@@ -59,7 +59,24 @@ def test_evaluate_and_fill_work_inside_a_running_event_loop(examples, tmp_path):
     result, again = asyncio.run(notebook_cell())
     assert result.complete and result.n_items == 5 and again.calls_made == 0  # the rerun is served by the cache
     summary = asyncio.run(_fill_in_loop(examples, tmp_path))
-    assert summary["methods"]["benchfill"]["gaps"]
+    assert isinstance(summary, bf.FillSummary) and summary.simulated and summary.methods["benchfill"].gaps
+    # the typed summary is summary.json, field for field
+    on_disk = json.loads((tmp_path / "fill" / "summary.json").read_text())
+    assert summary.model_dump(exclude_none=True) == _without_none(on_disk)
+    # the run's other faces from Python: a gap's trace and the report page
+    tr = bf.trace(tmp_path / "fill", gap=1)
+    assert tr.root["gap"] == 1 and tr.root["rounds"]
+    with pytest.raises(InputError, match="choose benchfill or baseline"):
+        bf.trace(tmp_path / "fill", method="basline")
+    assert bf.write_report(tmp_path / "fill").name == "report.html"
+
+
+def _without_none(obj):
+    if isinstance(obj, dict):
+        return {k: _without_none(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, list):
+        return [_without_none(v) for v in obj]
+    return obj
 
 
 async def _fill_in_loop(examples, tmp_path):
@@ -144,7 +161,123 @@ def test_result_types_are_pydantic_with_their_json_field_names():
     assert list(dumped)[0] == "label" and "SIMULATED" in dumped["label"] and "failure_errors" not in dumped
 
 
+def test_import_logs_from_python_equals_the_cli_json(tmp_path):
+    """`bf.import_logs` is `benchfill import`: the same files, and the CLI's --json is the result's model_dump_json;
+    its responses go straight into a suite by task."""
+    from pathlib import Path
+
+    fixtures = Path(__file__).parent / "fixtures" / "importers"
+    res = bf.import_logs("inspect", fixtures / "inspect", out=tmp_path / "py.csv", items_out=tmp_path / "py.jsonl")
+    assert isinstance(res, bf.ImportResult)
+    assert res.format == "inspect" and res.models == ["mockllm/alpha", "mockllm/beta", "mockllm/gamma"]
+    assert res.tasks == {"add_numbers": 6} and res.skipped == {"mockllm/gamma": 1} and res.n_item_texts == 6
+    assert res.rows == len((tmp_path / "py.csv").read_text().splitlines()) - 1
+    assert res.responses.shape == (3, 6) and int(res.responses.n_trials.sum()) == res.n_trials
+    dumped = json.loads(res.model_dump_json())
+    assert "responses" not in dumped and "items" not in dumped  # the data stay Python objects
+    _cli("import", "inspect", fixtures / "inspect", "--out", tmp_path / "cli.csv", "--items-out",
+         tmp_path / "cli.jsonl", "--json", tmp_path / "i.json")
+    assert (tmp_path / "cli.csv").read_text() == (tmp_path / "py.csv").read_text()
+    assert (tmp_path / "cli.jsonl").read_text() == (tmp_path / "py.jsonl").read_text()
+    cli_json = json.loads((tmp_path / "i.json").read_text())
+    assert cli_json == {**dumped, "out": str(tmp_path / "cli.csv"), "items_out": str(tmp_path / "cli.jsonl")}
+    with pytest.raises(InputError, match="unknown import format.*did you mean 'inspect'"):
+        bf.import_logs("inspekt", fixtures / "inspect")
+
+
 def test_designers_card_json_to_stdout(examples, tmp_path):
     res = _cli("designers", "card", examples / "math500.items.jsonl", "--out", tmp_path / "card.yaml", "--json", "-")
     card = json.loads(res.stdout)
     assert card["n_items"] == 500 and card["ontology"]
+
+
+# ---- every command is one documented API function with the same defaults, and has --json PATH|- ------------------
+
+def _api_map():
+    from benchfill import api
+    from benchfill.diagnostics.report import Diagnosis
+
+    # command -> (the API functions it is, {CLI parameter: API parameter}, CLI-only parameters: presentation/output)
+    return {
+        "diagnose": ((api.load_responses, api.diagnose, Diagnosis.save), {"top_gaps": "n_gaps"},
+                     {"json_out", "png", "force"}),
+        "suite": ((api.load_responses, api.suite, api.Suite.save), {"out": "folder"}, {"json_out"}),
+        "calibrate": ((api.calibrate,), {}, {"out", "json_out"}),
+        "fill": ((api.fill, api.fill_async, api.fill_run), {}, {"json_out"}),
+        "trace": ((api.trace,), {}, {"json_out", "full"}),
+        "review": ((api.review_queue, api.review_item, api.vote),
+                   {"show": "item_id", "approve": "item_id", "reject": "item_id"}, {"json_out"}),
+        "view": ((api.view, api.write_report), {}, {"serve"}),
+        "export": ((api.export,), {}, {"json_out"}),
+        "detect": ((api.detect,), {}, {"json_out"}),
+        "evaluate": ((api.evaluate, api.evaluate_async), {}, {"json_out", "progress"}),
+        "place": ((api.place,), {}, {"json_out"}),
+        "import": ((api.import_logs,), {"filter_": "filter"}, {"json_out"}),
+    }
+
+
+def _cli_commands():
+    import typer
+
+    from benchfill.cli import app
+
+    group = typer.main.get_command(app)
+    return {name: cmd for name, cmd in group.commands.items() if name != "designers"}  # designers: its own app
+
+
+def _same(a, b) -> bool:
+    from pathlib import Path
+
+    return str(a) == str(b) if isinstance(a, Path) or isinstance(b, Path) else a == b and type(a) is type(b)
+
+
+def test_every_cli_command_has_its_api_function_with_the_same_defaults():
+    """Each CLI option is a parameter of the command's API function(s), with the same default wherever the API
+    has one (the API may require what the CLI offers as a mode switch, e.g. review's --approve ID); the only
+    CLI-only options are presentation and output paths. A new command, option or changed default fails here
+    until the API says the same."""
+    import inspect
+
+    mapping, commands = _api_map(), _cli_commands()
+    assert set(commands) == set(mapping), "a command without its entry (and API function) here"
+    drift = []
+    for name, cmd in commands.items():
+        fns, renames, cli_only = mapping[name]
+        for fn in fns:
+            assert inspect.getdoc(fn), f"{fn.__qualname__} is not documented"
+        sigs = [inspect.signature(fn).parameters for fn in fns]
+        for param in cmd.params:
+            if param.name in cli_only:
+                continue
+            api_name = renames.get(param.name, param.name)
+            found = [p[api_name] for p in sigs if api_name in p]
+            if not found:
+                drift.append(f"{name} {param.name}: no such parameter in {[f.__qualname__ for f in fns]}")
+                continue
+            if param.required:
+                continue
+            for p in found:
+                if p.default is not inspect.Parameter.empty and not _same(param.default, p.default):
+                    drift.append(f"{name} {param.name}: CLI default {param.default!r}, API {p.default!r}")
+    assert not drift, drift
+
+
+def test_every_command_that_prints_a_result_has_json_path_or_dash():
+    no_result = {"view"}  # serves a page; prints only where it wrote report.html
+    for name, cmd in _cli_commands().items():
+        opts = {o for p in cmd.params for o in getattr(p, "opts", [])}
+        assert ("--json" in opts) == (name not in no_result), name
+
+
+def test_the_defaults_test_catches_drift(monkeypatch):
+    """The comparison above is not vacuous: a changed API default is reported."""
+    import inspect
+
+    from benchfill import api
+
+    sig = inspect.signature(api.detect)
+    changed = sig.replace(parameters=[p.replace(default=500) if p.name == "permutations" else p
+                                      for p in sig.parameters.values()])
+    monkeypatch.setattr(api.detect, "__signature__", changed, raising=False)
+    with pytest.raises(AssertionError, match="detect permutations: CLI default 100000, API 500"):
+        test_every_cli_command_has_its_api_function_with_the_same_defaults()

@@ -1,6 +1,6 @@
 """Importers: eval logs of other harnesses -> the project's response counts (and item texts).
 
-One module per format, each with ``NAME`` and ``read(paths, Options) -> ImportResult``:
+One module per format, each with ``NAME`` and ``read(paths, Options) -> ImportedLogs``:
 
 | format | reads |
 |---|---|
@@ -21,19 +21,23 @@ from typing import Sequence
 
 from benchfill.errors import InputError
 from benchfill.importers import helm, inspect_log, lm_eval, opencompass, openllm
-from benchfill.importers.base import ImportResult, Options
+from benchfill.importers.base import ImportedLogs, Options
 
 FORMATS: dict[str, ModuleType] = {m.NAME: m for m in (lm_eval, inspect_log, helm, opencompass, openllm)}
 ALIASES = {"lmeval": "lm-eval", "lm_eval": "lm-eval", "lm-evaluation-harness": "lm-eval", "inspect_ai": "inspect",
            "inspect-ai": "inspect", "open-llm-leaderboard": "openllm", "open_llm_leaderboard": "openllm"}
 
-__all__ = ["FORMATS", "ImportResult", "Options", "detect", "import_logs", "resolve_format"]
+__all__ = ["FORMATS", "ImportedLogs", "Options", "detect", "import_logs", "resolve_format"]
 
 
 def resolve_format(name: str) -> str:
+    """A format's name as the importers know it (aliases accepted); else one line with the closest name."""
     key = ALIASES.get(name.strip().lower(), name.strip().lower())
     if key not in FORMATS:
-        raise InputError(name, f"unknown import format; one of {', '.join(FORMATS)}")
+        from benchfill.cli_support import did_you_mean
+
+        raise InputError("FORMAT", f"{name!r}: unknown import format; one of {', '.join(FORMATS)}"
+                                   f"{did_you_mean(key, [*FORMATS, *ALIASES])}")
     return key
 
 
@@ -82,7 +86,7 @@ def detect(path: str | Path) -> str | None:
     return next(iter(found))
 
 
-def import_logs(fmt: str, paths: Sequence[str | Path], opts: Options | None = None) -> ImportResult:
+def import_logs(fmt: str, paths: Sequence[str | Path], opts: Options | None = None) -> ImportedLogs:
     """Read ``paths`` (files or folders) as logs of ``fmt``."""
     if not paths:
         raise InputError(fmt, "no paths given")

@@ -1,7 +1,7 @@
 """What every importer shares: trial records, their aggregation into a ResponseMatrix, score -> 0/1.
 
 An importer turns a harness's logs into :class:`Trial` rows (one graded answer of one model to one item) and
-:class:`ImportResult` sums them: ``n_trials`` = the answers (epochs, repeats, rollouts, repeated runs),
+:class:`ImportedLogs` sums them: ``n_trials`` = the answers (epochs, repeats, rollouts, repeated runs),
 ``n_correct`` = the correct ones. Item ids are ``<task>/<the log's own sample id>``, so they are the same for every
 model and every run of a task. Anything malformed is an :class:`InputError` naming the file, the row (line or
 sample) and the rule.
@@ -31,7 +31,7 @@ class Options:
 
 
 @dataclass
-class ImportResult:
+class ImportedLogs:
     """Counts per (model, item), the item texts the logs carried, each item's task, and notes for the summary."""
 
     fmt: str

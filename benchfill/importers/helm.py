@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchfill.errors import InputError
-from benchfill.importers.base import ImportResult, Options, as_binary, expand, read_json
+from benchfill.importers.base import ImportedLogs, Options, as_binary, expand, read_json
 
 NAME = "helm"
 MAIN_METRICS = ("exact_match", "quasi_exact_match", "final_number_exact_match", "math_equiv_chain_of_thought",
@@ -36,12 +36,12 @@ def task_name(run_name: str) -> str:
     return head + (":" + ",".join(keep) if keep else "")
 
 
-def read(paths: list[str | Path], opts: Options) -> ImportResult:
+def read(paths: list[str | Path], opts: Options) -> ImportedLogs:
     specs = expand(paths, is_run_spec)
     if not specs:
         raise InputError(", ".join(map(str, paths)), "no HELM run folders (run_spec.json with "
                                                       "per_instance_stats.json) found")
-    res = ImportResult(NAME, files=[str(s.parent) for s in specs])
+    res = ImportedLogs(NAME, files=[str(s.parent) for s in specs])
     metrics_used: set[str] = set()
     for spec_path in specs:
         run = spec_path.parent

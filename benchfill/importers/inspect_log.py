@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from benchfill.errors import InputError
-from benchfill.importers.base import ImportResult, Options, as_binary, expand, read_json
+from benchfill.importers.base import ImportedLogs, Options, as_binary, expand, read_json
 
 NAME = "inspect"
 _LETTERS = {"C": 1.0, "I": 0.0, "N": 0.0, "P": 0.5}
@@ -149,11 +149,11 @@ def _text(content: Any) -> str | None:
     return None
 
 
-def read(paths: list[str | Path], opts: Options) -> ImportResult:
+def read(paths: list[str | Path], opts: Options) -> ImportedLogs:
     files = expand(paths, is_log)
     if not files:
         raise InputError(", ".join(map(str, paths)), "no inspect logs (.eval or .json) found")
-    res = ImportResult(NAME, files=[str(f) for f in files])
+    res = ImportedLogs(NAME, files=[str(f) for f in files])
     seen_evals: dict[str, str] = {}
     scorer_names: set[str] = set()
     for f in files:

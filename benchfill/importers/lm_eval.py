@@ -21,7 +21,7 @@ from typing import Any, Iterable, Iterator
 
 from benchfill.data import jsonl_records
 from benchfill.errors import InputError
-from benchfill.importers.base import ImportResult, Options, as_binary, expand, read_json
+from benchfill.importers.base import ImportedLogs, Options, as_binary, expand, read_json
 
 NAME = "lm-eval"
 SAMPLES_RE = re.compile(r"^samples_(?P<task>.+?)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-:]+)\.jsonl$")
@@ -44,7 +44,7 @@ def task_of(path: Path) -> str:
     return stem.removeprefix("samples_").removeprefix("details_")
 
 
-def model_of(path: Path, res: ImportResult) -> str:
+def model_of(path: Path, res: ImportedLogs) -> str:
     """The model of a samples file: the sibling results file of the same run, else the folder name."""
     m = SAMPLES_RE.match(path.name)
     results = sorted(path.parent.glob("results_*.json"))
@@ -89,7 +89,7 @@ def rows_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     yield from jsonl_records(path, _open_text(path))
 
 
-def read_rows(res: ImportResult, path: Path, rows: Iterable[tuple[int, dict[str, Any]]], model: str, task: str,
+def read_rows(res: ImportedLogs, path: Path, rows: Iterable[tuple[int, dict[str, Any]]], model: str, task: str,
               opts: Options) -> None:
     """Add one samples file's rows (``(line, record)``) for the chosen filter and metric."""
     rows = list(rows)
@@ -162,19 +162,19 @@ def _prompt(arguments: Any) -> str | None:
     return None
 
 
-def read(paths: list[str | Path], opts: Options) -> ImportResult:
+def read(paths: list[str | Path], opts: Options) -> ImportedLogs:
     files = expand(paths, is_samples_file)
     if not files:
         raise InputError(", ".join(map(str, paths)), "no lm-eval samples_<task>_<date>.jsonl files found "
                                                       "(run lm_eval with --log_samples)")
-    res = ImportResult(NAME, files=[str(f) for f in files])
+    res = ImportedLogs(NAME, files=[str(f) for f in files])
     for f in files:
         read_rows(res, f, rows_jsonl(f), model_of(f, res), task_of(f), opts)
     check_used(res, opts, paths)
     return res
 
 
-def check_used(res: ImportResult, opts: Options, paths: list) -> None:
+def check_used(res: ImportedLogs, opts: Options, paths: list) -> None:
     """A --filter or --metric that no task has is a typo, not a default: say so."""
     used = res.chosen.get("filter/metric", "")
     pairs = [e.split(": ", 1)[1].split("/", 1) for e in used.split("; ") if ": " in e]

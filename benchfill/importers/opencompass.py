@@ -18,18 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from benchfill.errors import InputError
-from benchfill.importers.base import ImportResult, Options, as_binary, expand, read_json
+from benchfill.importers.base import ImportedLogs, Options, as_binary, expand, read_json
 
 NAME = "opencompass"
 _CORRECT_KEYS = ("correct", "is_correct", "cascade_correct")
 
 
-def read(paths: list[str | Path], opts: Options) -> ImportResult:
+def read(paths: list[str | Path], opts: Options) -> ImportedLogs:
     files = expand(paths, lambda p: p.name.endswith(".json") and _has_details(p))
     if not files:
         raise InputError(", ".join(map(str, paths)), "no OpenCompass results with 'details' found "
                                                       "(results/<model>/<dataset>.json)")
-    res = ImportResult(NAME, files=[str(f) for f in files])
+    res = ImportedLogs(NAME, files=[str(f) for f in files])
     for f in files:
         data = read_json(f)
         if not isinstance(data, dict) or "details" not in data:

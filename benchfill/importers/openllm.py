@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 from benchfill.errors import InputError
 from benchfill.importers import lm_eval
-from benchfill.importers.base import ImportResult, Options, expand
+from benchfill.importers.base import ImportedLogs, Options, expand
 
 NAME = "openllm"
 
@@ -55,12 +55,12 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def read(paths: list[str | Path], opts: Options) -> ImportResult:
+def read(paths: list[str | Path], opts: Options) -> ImportedLogs:
     files = expand(paths, is_details_file)
     if not files:
         raise InputError(", ".join(map(str, paths)), "no Open LLM Leaderboard details (samples_*.jsonl or .parquet) "
                                                       "found")
-    res = ImportResult(NAME, files=[str(f) for f in files])
+    res = ImportedLogs(NAME, files=[str(f) for f in files])
     for f in files:
         rows = _parquet_rows(f) if f.name.endswith(".parquet") else lm_eval.rows_jsonl(f)
         lm_eval.read_rows(res, f, rows, lm_eval.model_of(f, res), lm_eval.task_of(f), opts)
