@@ -281,3 +281,33 @@ def test_the_defaults_test_catches_drift(monkeypatch):
     monkeypatch.setattr(api.detect, "__signature__", changed, raising=False)
     with pytest.raises(AssertionError, match="detect permutations: CLI default 100000, API 500"):
         test_every_cli_command_has_its_api_function_with_the_same_defaults()
+
+
+def test_the_readme_python_example_runs_as_written(tmp_path, monkeypatch):
+    """The README's notebook-style block, executed as written (relative paths from a folder that has the repo's
+    examples/ and tests/fixtures/, as the repository root does)."""
+    import contextlib
+    import io
+    import re
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    repo = Path(__file__).parents[1]
+    readme = (repo / "README.md").read_text()
+    section = readme[readme.index("### From Python"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert "import benchfill as bf" in code and "bf.diagnose" in code and "bf.import_logs" in code
+    (tmp_path / "examples").symlink_to(repo / "examples")
+    (tmp_path / "tests").symlink_to(repo / "tests")
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(code, "README.md", "exec"), scope)
+    assert isinstance(scope["dx"], bf.Diagnosis) and scope["dx"].n_items == 480
+    assert len(scope["placed"].items) == 20 and (tmp_path / "runs" / "math500" / "diagnosis.json").exists()
+    assert [r.benchmark for r in scope["by_task"].benchmarks] == ["toy_gen", "toy_mc"]
+    assert scope["result"].n_items == 20 and isinstance(scope["summary"], bf.FillSummary)
+    assert "DDM" in printed.getvalue()

@@ -276,6 +276,13 @@ def test_diagnose_and_suite_by_task_straight_from_a_log_folder(tmp_path):
     assert res.exit_code == 0, res.output
     summary = json.loads((tmp_path / "s" / "summary.json").read_text())
     assert {b["benchmark"]: b["n_items"] for b in summary["benchmarks"]} == {"toy_gen": 6, "toy_mc": 8}
+    # inspect_ai's own logs (.eval zips and .json together), the default sampler, the summary on stdout
+    res = runner.invoke(app, ["suite", str(FIX / "inspect"), "--by", "task", "--out", str(tmp_path / "si"),
+                              "--json", "-"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    out = json.loads((tmp_path / "si" / "summary.json").read_text())
+    assert out["n_models"] == 3 and [(b["benchmark"], b["n_items"]) for b in out["benchmarks"]] == [("add_numbers", 6)]
+    assert (tmp_path / "si" / "add_numbers" / "diagnosis.scale.npz").exists()
 
 
 def test_suite_without_items_table_needs_a_grouping(tmp_path, examples):
