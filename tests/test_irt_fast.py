@@ -311,3 +311,33 @@ def test_fast_matches_pymc_model_on_real_data(shared_data, name, n_items):
     fit = fit_irt(resp, IRTSpec(), SamplerSettings(method="fast"))
     ref = _nutpie_low_rank_reference(resp, IRTSpec())
     _assert_close_to_reference(fit, ref)
+
+
+def test_compiled_kernels_agree_with_the_numpy_path(monkeypatch):
+    """The numba kernels (used for large fits) compute the same log densities and, from the same uniforms, the
+    same difficulty draws as the numpy reference, for plain, guessing, shared-trials and per-key-trials blocks,
+    on whole lattices and on windows."""
+    rng = np.random.default_rng(11)
+    n_items = 900
+    theta = rng.normal(size=J)
+    b = rng.normal(size=n_items) * 1.5
+    n = np.ones((J, n_items), dtype=int)
+    n[:2, :150] = 0  # some models did not answer some items: per-key trial rows
+    n[:, 600:] = 4
+    c = np.where(np.arange(n_items) % 3 == 0, 0.25, 0.0)
+    y = rng.binomial(n, c + (1 - c) * expit(theta[:, None] - b[None, :]))
+    keys = fast.reduce_items(y, n, c)
+    mg = fast.build_marginal(keys)
+    thetas = mg.mode + 0.2 * rng.normal(size=(60, J))
+    blocks = mg.draw_blocks(thetas)
+    kinds = {(blk.n_shared is not None, blk.log_c is not None, blk.idx is None) for blk in blocks + list(mg.model.blocks)}
+    assert {True, False} <= {k[1] for k in kinds} and {True, False} <= {k[0] for k in kinds}
+    results = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv("BENCHFILL_KERNELS", flag)
+        lp = mg.model.logp_batch(thetas)
+        draws, edge = fast.draw_difficulties(keys, blocks, thetas, np.random.default_rng(5))
+        results[flag] = (lp, draws, edge)
+    np.testing.assert_allclose(results["1"][0], results["0"][0], rtol=0, atol=1e-8)
+    np.testing.assert_allclose(results["1"][1], results["0"][1], rtol=0, atol=1e-9)
+    assert results["1"][2] == pytest.approx(results["0"][2], abs=1e-9)

@@ -61,6 +61,8 @@ H_FACTOR = 1.2  # node spacing = local posterior scale / 1.2 -> trapezoid error 
 SHIFT_SDS = 7.0  # a window also covers the conditional mode moving by 7 posterior SDs of theta
 ELEMENT_BUDGET = 2_000_000  # largest temporary array (elements) made in one step: bounds memory
 DRAW_BUDGET = 200_000  # elements per step when drawing: temporaries stay in cache
+KERNEL_MIN_WORK = 20_000_000  # window nodes x ability vectors from which the compiled kernels run (below it, numpy
+# is as fast and a process need not import numba: ~0.3 s, more on a machine's first large fit, which compiles)
 B_DTYPE = np.float32  # b draws: 7 significant digits, far below their Monte Carlo error; half the memory
 
 # (w (k, J), wbar (J,)) -> (down (k,), up (k,)): room, in logits, a window needs for theta's uncertainty
@@ -230,6 +232,15 @@ def make_block(keys: ItemKeys, sel: np.ndarray, lo: float, h: float, n_nodes: in
     )
 
 
+def use_kernels(work: int) -> bool:
+    """Whether a step of ``work`` window-node evaluations runs in :mod:`benchfill.irt.kernels` (numba).
+    ``BENCHFILL_KERNELS=0`` forces numpy everywhere, ``=1`` the kernels everywhere (tests compare the two)."""
+    forced = os.environ.get("BENCHFILL_KERNELS", "")
+    if forced in ("0", "1"):
+        return forced == "1"
+    return work >= KERNEL_MIN_WORK
+
+
 def softplus_sigmoid(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """softplus(X) = log(1 + e^X) and sigmoid(X), elementwise and overflow-free.
 
@@ -321,9 +332,59 @@ def block_logp_grad(theta: np.ndarray, blk: Block) -> tuple[float, np.ndarray]:
     return logp, grad
 
 
+def lattice_terms(thetas: np.ndarray, blk: Block) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The lattice-level pieces of :func:`block_log_density`, for the compiled kernels (see
+    :mod:`benchfill.irt.kernels` for the layout): base (B, L), per_key (Kb or 0, B, L), delta (B,).
+
+    The key-specific term is one matrix product, [n | y] (Kb, 2J) @ [-softplus(X); softplus(log c - X)]
+    (2J, B L), instead of one per ability vector."""
+    delta = blk.shift(thetas)  # (B,)
+    B, L = len(thetas), len(blk.grid)
+    grid = blk.grid[None, :] + delta[:, None]  # (B, L)
+    X = thetas[:, :, None] - grid[:, None, :]  # (B, J, L)
+    base = -0.5 * grid**2
+    weights, terms = [], []
+    if blk.n_shared is not None:
+        base = base - np.einsum("j,bjl->bl", blk.n_shared, softplus(X))
+    else:
+        weights.append(blk.n)
+        terms.append(-softplus(X))
+    if blk.log_c is not None:
+        weights.append(blk.y)
+        terms.append(softplus(blk.log_c - X))
+    if not weights:
+        return base, np.empty((0, B, L)), delta
+    Z = np.concatenate(terms, axis=1).transpose(1, 0, 2).reshape(-1, B * L)  # (J', B L)
+    per_key = (np.concatenate(weights, axis=1) @ Z).reshape(len(blk.keys), B, L)
+    return base, per_key, delta
+
+
+def _window_index(blk: Block) -> np.ndarray:
+    """(Kb, G) lattice index of every window node (the whole lattice for every key when ``blk.idx`` is None)."""
+    if blk.idx is not None:
+        return blk.idx
+    return np.broadcast_to(np.arange(len(blk.grid)), (len(blk.keys), len(blk.grid)))
+
+
+def _kernel_batches(blk: Block, n_thetas: int, extra_per_theta: int = 0) -> list[slice]:
+    per_theta = len(blk.grid) * (len(blk.keys) if blk.n_shared is None or blk.log_c is not None else 1)
+    return blk.batches(n_thetas, ELEMENT_BUDGET, max(per_theta, extra_per_theta))
+
+
 def block_logp_batch(thetas: np.ndarray, blk: Block) -> np.ndarray:
     """:func:`block_logp_grad`'s log density (same constant) for B ability vectors (B, J) at once -> (B,)."""
     out = np.empty(len(thetas))
+    if use_kernels(len(thetas) * blk.size):
+        from benchfill.irt import kernels
+
+        idx = _window_index(blk)
+        for part in _kernel_batches(blk, len(thetas)):
+            base, per_key, delta = lattice_terms(thetas[part], blk)
+            ell = np.empty((len(delta),) + idx.shape)
+            peak = np.empty((len(delta), idx.shape[0]))
+            kernels.window_shifted(base, per_key, idx, blk.nodes, blk.r, delta, ell, peak)
+            out[part] = (peak + np.log(np.exp(ell, out=ell).sum(-1))) @ blk.mult
+        return out
     for part in blk.batches(len(thetas)):
         ell, _ = block_log_density(thetas[part], blk)  # (B, Kb, G)
         mx = ell.max(-1)
@@ -916,6 +977,9 @@ def draw_difficulties(keys: ItemKeys, blocks: list[Block], theta_flat: np.ndarra
             continue
         local = key_local[keys.item_key[items]]
         Kb, G = len(blk.keys), blk.width
+        if use_kernels(S * (blk.size + items.size)):
+            edge = max(edge, _draw_block_compiled(blk, items, local, theta_flat, rng, out))
+            continue
         for part in blk.batches(S, DRAW_BUDGET, items.size):
             s0, s1 = part.start, part.stop
             B = s1 - s0
@@ -929,6 +993,29 @@ def draw_difficulties(keys: ItemKeys, blocks: list[Block], theta_flat: np.ndarra
             u = rng.random(row.size)
             out[s0:s1, items] = draw_from_cells(mass, e0, delta, blk.h, left, row, u).reshape(B, items.size)
     return out, edge
+
+
+def _draw_block_compiled(blk: Block, items: np.ndarray, local: np.ndarray, theta_flat: np.ndarray,
+                         rng: np.random.Generator, out: np.ndarray) -> float:
+    """:func:`draw_difficulties` for one block in :mod:`benchfill.irt.kernels`: the same uniforms, in the same
+    order, as the numpy path, so the two give the same draws up to rounding."""
+    from benchfill.irt import kernels
+
+    order = np.argsort(local, kind="stable")
+    key_ptr = np.searchsorted(local[order], np.arange(len(blk.keys) + 1))
+    idx = _window_index(blk)
+    edge = -np.inf
+    cells = (len(blk.keys), blk.width - 1)
+    for part in _kernel_batches(blk, theta_flat.shape[0], items.size + 3 * blk.size):
+        base, per_key, delta = lattice_terms(theta_flat[part], blk)
+        B = len(delta)
+        log_e0, jump = np.empty((B,) + cells), np.empty((B,) + cells)
+        edge = max(edge, kernels.cell_logs(base, per_key, idx, blk.nodes, blk.r, delta, log_e0, jump))
+        e0 = np.exp(log_e0, out=log_e0)
+        u = rng.random((B, items.size))
+        kernels.draws_from_cells(e0, jump, np.exp(jump), blk.nodes, delta, blk.h, key_ptr, order, items, u, out,
+                                 part.start)
+    return edge
 
 
 # ------------------------------------------------------------------------------------------------ the sampler

@@ -1,0 +1,146 @@
+"""Compiled (numba) inner loops of the fast sampler, for large fits only.
+
+The kernels read a key's log density on its window straight from the lattice terms, in one pass over each
+window instead of the ~10 array passes (gathers, differences, cumulative sums, searches) of the numpy path in
+:mod:`benchfill.irt.fast`, which is what a fit with guessing (one key per response pattern, thousands of keys)
+spends its time on. The exponentials stay in numpy (SIMD: ~8x faster than numba's scalar exp here). They compute the same quantities as :func:`benchfill.irt.fast.block_log_density`,
+:func:`~benchfill.irt.fast.cell_masses` and :func:`~benchfill.irt.fast.draw_from_cells` (the numpy functions
+stay the reference, and tests hold the two paths to agree), from the same uniforms.
+
+Layout of the inputs, for a block of Kb keys on a lattice of L nodes and B ability vectors:
+    base: (B, L) log prior (plus the shared-trials term where all keys have the same trials), nats.
+    per_key: (Kk, B, L) the key-specific lattice term (Kk = Kb), or (0, B, L) when there is none.
+    idx: (Kb, G) lattice index of each window node.  nodes: (Kn, G) their b at the anchor (Kn = Kb or 1).
+    r: (Kb,) total correct.  delta: (B,) the lattice shift per ability vector, logits.
+
+numba is a dependency of pytensor (so of pymc); compiled functions are cached on disk (``cache=True``), so only a
+machine's first large fit pays the compilation (a few seconds).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _window_ell(base, per_key, idx, nodes, r, delta, b, k, buf):
+    """Fill buf[:G] with key k's log density on its window at ability vector b; return the peak."""
+    G = idx.shape[1]
+    kn = k if nodes.shape[0] > 1 else 0
+    has_key = per_key.shape[0] > 0
+    d = delta[b]
+    rk = r[k]
+    peak = -np.inf
+    for g in range(G):
+        i = idx[k, g]
+        v = base[b, i] - rk * (nodes[kn, g] + d)
+        if has_key:
+            v += per_key[k, b, i]
+        buf[g] = v
+        if v > peak:
+            peak = v
+    return peak
+
+
+@njit(cache=True, nogil=True)
+def window_shifted(base, per_key, idx, nodes, r, delta, ell, peak):
+    """ell[b, k, :] = key k's log density on its window at ability vector b minus its peak; peak[b, k] = the peak.
+
+    numba's scalar exp is ~8x slower than numpy's SIMD one, so the exponentials are left to the caller."""
+    B = base.shape[0]
+    Kb, G = idx.shape
+    for b in range(B):
+        for k in range(Kb):
+            buf = ell[b, k]
+            pk = _window_ell(base, per_key, idx, nodes, r, delta, b, k, buf)
+            for g in range(G):
+                buf[g] -= pk
+            peak[b, k] = pk
+
+
+@njit(cache=True, nogil=True)
+def cell_logs(base, per_key, idx, nodes, r, delta, log_e0, jump):
+    """The exponents of :func:`benchfill.irt.fast.cell_masses`, per (ability vector b, key k, cell c):
+    log_e0 = shifted log density at the cell's left node - (mean second difference) / 12, and jump = the log
+    density's (clipped) rise across the cell. Returns the largest end-node-to-peak ratio (the coverage check)."""
+    B = base.shape[0]
+    Kb, G = idx.shape
+    C = G - 1
+    buf = np.empty(G)
+    d1 = np.empty(C)
+    edge = -np.inf
+    for b in range(B):
+        for k in range(Kb):
+            pk = _window_ell(base, per_key, idx, nodes, r, delta, b, k, buf)
+            end = max(buf[0], buf[G - 1]) - pk
+            if end > edge:
+                edge = end
+            for c in range(C):
+                d1[c] = buf[c + 1] - buf[c]
+            for c in range(C):
+                # mean second difference at the cell's two ends (one-sided at the window's ends)
+                if c == 0:
+                    curv = d1[1] - d1[0]
+                elif c == C - 1:
+                    curv = d1[C - 1] - d1[C - 2]
+                else:
+                    curv = 0.5 * (d1[c + 1] - d1[c - 1])
+                log_e0[b, k, c] = buf[c] - pk - curv / 12.0
+                jump[b, k, c] = min(max(d1[c], -700.0), 700.0)
+    return edge
+
+
+@njit(cache=True, nogil=True)
+def draws_from_cells(e0, jump, exp_jump, nodes, delta, h, key_ptr, key_pos, items, u, out, row0):
+    """Inverse-CDF draws of b for every item of a block at each of the B ability vectors, as
+    :func:`benchfill.irt.fast.draw_from_cells` does: cell masses h e0 (e^jump - 1) / jump, then each of a key's
+    items inverts its own uniform inside its cell.
+
+    Args:
+        e0, jump, exp_jump: (B, Kb, C) from :func:`cell_logs` (e0 = exp(log_e0), exp_jump = exp(jump)).
+        key_ptr: (Kb + 1,) CSR pointers: the items of local key k are key_pos[key_ptr[k]:key_ptr[k + 1]].
+        key_pos: positions into ``items`` (and the columns of ``u``).
+        items: (N,) output column of each of the block's items.  u: (B, N) uniforms in [0, 1).
+        out: (rows, I) draws; ability vector b writes row ``row0 + b``.
+    """
+    B, Kb, C = e0.shape
+    kn_many = nodes.shape[0] > 1
+    cdf = np.empty(C)
+    for b in range(B):
+        shift = delta[b]
+        for k in range(Kb):
+            p0, p1 = key_ptr[k], key_ptr[k + 1]
+            if p0 == p1:
+                continue
+            total = 0.0
+            for c in range(C):
+                dl = jump[b, k, c]
+                if abs(dl) < 1e-3:
+                    factor = 1.0 + dl * (0.5 + dl / 6.0)
+                else:
+                    factor = (exp_jump[b, k, c] - 1.0) / dl
+                total += h * e0[b, k, c] * factor
+                cdf[c] = total
+            for c in range(C):
+                cdf[c] /= total
+            kn = k if kn_many else 0
+            for q in range(p0, p1):
+                pos = key_pos[q]
+                uu = u[b, pos]
+                # first cell whose CDF exceeds uu (the last cell catches everything)
+                lo, hi = 0, C - 1
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if cdf[mid] > uu:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                prev = cdf[lo - 1] if lo > 0 else 0.0
+                rho = (uu - prev) * (total / h) / max(e0[b, k, lo], 1e-300)
+                dl = jump[b, k, lo]
+                if abs(dl) < 1e-9:
+                    t = rho
+                else:
+                    t = np.log1p(max(dl * rho, -1.0 + 1e-16)) / dl
+                out[row0 + b, items[pos]] = nodes[kn, lo] + shift + h * min(max(t, 0.0), 1.0)
