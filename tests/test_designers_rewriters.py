@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 from typer.testing import CliRunner
@@ -61,14 +60,15 @@ def test_scores_hand_case(tmp_path):
 def test_report_cli_and_errors(tmp_path):
     run = make_run(tmp_path / "r", "anthropic/claude", [("unfilled", None, 0.1, 8)])
     rep = rewriter_report([run])
-    row = rep["rewriters"][0]
-    assert row["success_rate"] == 0.0 and row["mean_deviation"] is None and row["cost_per_filled_gap"] is None
+    row = rep.rewriters[0]
+    assert row.success_rate == 0.0 and row.mean_deviation is None and row.cost_per_filled_gap is None
     out = tmp_path / "rw.json"
     res = CliRunner().invoke(app, ["designers", "rewriters", str(run), "--json", str(out)], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     assert "anthropic/claude" in res.output and json.loads(out.read_text())["rewriters"][0]["n_gaps"] == 1
+    assert out.read_text() == rep.model_dump_json(indent=2) + "\n"  # the CLI's --json is the model's dump
     res = CliRunner().invoke(app, ["designers", "rewriters", str(tmp_path / "nothing")])
     assert res.exit_code == 2 and "memory.sqlite" in res.output
     with pytest.raises(InputError):
         read_run(tmp_path / "nothing")
-    assert math.isnan(score_rewriters([read_run(make_run(tmp_path / "e", "m", []))])[0].success_rate)
+    assert score_rewriters([read_run(make_run(tmp_path / "e", "m", []))])[0].success_rate is None  # no gaps

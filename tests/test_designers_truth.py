@@ -103,24 +103,24 @@ def effect(report, name):
 @pytest.mark.slow
 def test_difficulty_shifts_are_recovered_not_halved(planted):
     res, _ = planted
-    ref = effect(res.report, "ref")["mu"]
-    hard, easy = effect(res.report, "hard"), effect(res.report, "easy")
+    ref = effect(res.report.model_dump(mode="json"), "ref")["mu"]
+    hard, easy = effect(res.report.model_dump(mode="json"), "hard"), effect(res.report.model_dump(mode="json"), "easy")
     # seen: +1.33 and -1.03 for planted +1.5 and -1.0 (a mean-b difference of shrunk items gave about half)
     assert hard["mu"] - ref == pytest.approx(1.5, abs=0.3)
     assert easy["mu"] - ref == pytest.approx(-1.0, abs=0.3)
-    assert hard["mu_ci"][0] > effect(res.report, "ref")["mu_ci"][1]  # the intervals separate
-    print("planted world:", {n: (round(effect(res.report, n)["mu"] - ref, 2), round(effect(res.report, n)["beta"], 2),
-                                 round(effect(res.report, n)["slope"], 2)) for n in PLANTED})
+    assert hard["mu_ci"][0] > effect(res.report.model_dump(mode="json"), "ref")["mu_ci"][1]  # the intervals separate
+    print("planted world:", {n: (round(effect(res.report.model_dump(mode="json"), n)["mu"] - ref, 2), round(effect(res.report.model_dump(mode="json"), n)["beta"], 2),
+                                 round(effect(res.report.model_dump(mode="json"), n)["slope"], 2)) for n in PLANTED})
 
 
 @pytest.mark.slow
 def test_calibration_slopes_inverted_and_mislabelled(planted):
     res, _ = planted
     # seen: 0.57, -0.53, 0.27 for planted 0.6, -0.6 and 0.6 x (1 - 0.5)
-    assert effect(res.report, "ref")["beta"] == pytest.approx(0.6, abs=0.12)
-    assert effect(res.report, "inverted")["beta"] == pytest.approx(-0.6, abs=0.12)
-    assert effect(res.report, "mislabel")["beta"] == pytest.approx(0.3, abs=0.12)
-    r = rows(res.report)
+    assert effect(res.report.model_dump(mode="json"), "ref")["beta"] == pytest.approx(0.6, abs=0.12)
+    assert effect(res.report.model_dump(mode="json"), "inverted")["beta"] == pytest.approx(-0.6, abs=0.12)
+    assert effect(res.report.model_dump(mode="json"), "mislabel")["beta"] == pytest.approx(0.3, abs=0.12)
+    r = rows(res.report.model_dump(mode="json"))
     assert r["inverted"]["calibration"]["spearman"] < -0.3 < 0.3 < r["ref"]["calibration"]["spearman"]
     # per-level shift vs the seed benchmark (same slope as ref): |(-0.6 - 0.6)(L - 3)| averages 1.44 for inverted
     assert r["inverted"]["calibration"]["error"] == pytest.approx(1.44, abs=0.35)
@@ -133,25 +133,25 @@ def test_calibration_slopes_inverted_and_mislabelled(planted):
 @pytest.mark.slow
 def test_two_pl_slopes_and_negative_discrimination(planted):
     res, _ = planted
-    r = rows(res.report)
+    r = rows(res.report.model_dump(mode="json"))
     # seen: a = 2.05 vs 1.17 (ratio 1.75 for planted 2.0); 38 % negative items for planted 30 %
-    assert effect(res.report, "sharp")["slope"] / effect(res.report, "ref")["slope"] == pytest.approx(2.0, abs=0.35)
+    assert effect(res.report.model_dump(mode="json"), "sharp")["slope"] / effect(res.report.model_dump(mode="json"), "ref")["slope"] == pytest.approx(2.0, abs=0.35)
     assert r["negative"]["discrimination"]["share_negative"] == pytest.approx(0.3, abs=0.1)
     assert r["ref"]["discrimination"]["share_negative"] < 0.05
-    assert effect(res.report, "negative")["slope"] < 0.5 * effect(res.report, "ref")["slope"]
+    assert effect(res.report.model_dump(mode="json"), "negative")["slope"] < 0.5 * effect(res.report.model_dump(mode="json"), "ref")["slope"]
 
 
 @pytest.mark.slow
 def test_self_and_family_preference_recovered_on_the_logit_scale(planted):
     res, _ = planted
-    prefs = {(p["kind"], p["designer"]): p for p in res.report["preferences"]}
+    prefs = {(p["kind"], p["designer"]): p for p in res.report.model_dump(mode="json")["preferences"]}
     # seen: self +1.53 (SE 0.33), family +1.27 (SE 0.16) for planted +1.5 and +1.0
     assert prefs[("self", "selfish")]["detected"] and prefs[("self", "selfish")]["estimate"] == pytest.approx(1.5, abs=0.6)
     assert prefs[("family", "selfish")]["detected"]
     assert prefs[("family", "selfish")]["estimate"] == pytest.approx(1.0, abs=0.4)
     for key in [("self", "ref"), ("self", "hard")]:
         assert not prefs[key]["detected"], prefs[key]
-    m = res.report["matrix"]
+    m = res.report.model_dump(mode="json")["matrix"]
     assert m["cells"][m["designers"].index("selfish")][m["answerers"].index("selfish")] == "self"
     j = m["answerers"].index("selfish-mini")
     assert m["residual"][m["designers"].index("selfish")][j] > 0.05  # the family cell stands out in the residuals
@@ -160,7 +160,7 @@ def test_self_and_family_preference_recovered_on_the_logit_scale(planted):
 @pytest.mark.slow
 def test_a_judge_biased_for_a_designer_lowers_its_broken_rate_by_the_planted_share(planted):
     res, out = planted
-    r = rows(res.report)["favoured"]
+    r = rows(res.report.model_dump(mode="json"))["favoured"]
     suite = [x for x in read_jsonl(out / "suite.jsonl") if x["designer"] == "favoured"]
     flawed = sum(x["metadata"]["sim"]["flaw"] != "none" for x in suite) / len(suite)
     # every gold-incorrect item reaches the judge (all strong models fail); half are called clean
@@ -172,7 +172,7 @@ def test_a_judge_biased_for_a_designer_lowers_its_broken_rate_by_the_planted_sha
 @pytest.mark.slow
 def test_every_designer_metric_has_a_seeded_bootstrap_interval(planted):
     res, _ = planted
-    for name, r in rows(res.report).items():
+    for name, r in rows(res.report.model_dump(mode="json")).items():
         iv = r["intervals"]
         for key in ("broken_rate", "error_rate", "discrimination", "mean_tvd", "level_spearman"):
             assert key in iv, (name, key)
@@ -182,12 +182,12 @@ def test_every_designer_metric_has_a_seeded_bootstrap_interval(planted):
 
 @pytest.mark.slow
 def test_null_world_detects_nothing(null):
-    prefs = null.report["preferences"]
+    prefs = null.report.model_dump(mode="json")["preferences"]
     assert {(p["kind"], p["designer"]) for p in prefs} == {("self", "ref"), ("self", "selfish"), ("self", "hard"),
                                                            ("family", "selfish")}
     assert not any(p["detected"] for p in prefs), prefs
     assert all(abs(p["estimate"]) < 0.6 for p in prefs), prefs
-    mus = [effect(null.report, n)["mu"] for n in ("ref", "selfish", "hard")]
+    mus = [effect(null.report.model_dump(mode="json"), n)["mu"] for n in ("ref", "selfish", "hard")]
     assert max(mus) - min(mus) < 0.35, mus
     print("null world:", [(p["kind"], p["designer"], round(p["estimate"], 2), round(p["p_value"], 3)) for p in prefs],
           "mu", [round(m, 2) for m in mus])
@@ -196,10 +196,10 @@ def test_null_world_detects_nothing(null):
 @pytest.mark.slow
 def test_breakdowns_by_level_intent_and_format(planted):
     res, _ = planted
-    bd = rows(res.report)["inverted"]["breakdown"]
-    assert set(bd) == {"difficulty", "intent", "format"}
+    bd = rows(res.report.model_dump(mode="json"))["inverted"]["breakdown"]
+    assert set(bd) == {"difficulty", "intent", "format", "position"}
     assert set(bd["difficulty"]) == {"L1", "L2", "L3", "L4", "L5"} and set(bd["format"]) == {"numeric", "short"}
-    assert sum(v["n_suite"] for v in bd["intent"].values()) == rows(res.report)["inverted"]["n_suite"]
+    assert sum(v["n_suite"] for v in bd["intent"].values()) == rows(res.report.model_dump(mode="json"))["inverted"]["n_suite"]
     # inverted calibration: the L5 items are the easiest, the L1 items the hardest
     assert bd["difficulty"]["L5"]["mean_b"] < bd["difficulty"]["L1"]["mean_b"] - 1.0
     assert bd["difficulty"]["L5"]["error_rate"] < bd["difficulty"]["L1"]["error_rate"]

@@ -139,9 +139,11 @@ class DomainCard(BaseModel):
             raise ValueError("duplicate category names in the ontology")
         if sum(self.formats.values()) != self.n_items:
             raise ValueError("format counts do not sum to n_items")
-        bad = [k for k in self.formats if k not in ("mcq", "numeric", "math", "short", "open")]
+        from benchfill.designers.quotas import FORMATS
+
+        bad = [k for k in self.formats if k not in FORMATS]
         if bad:
-            raise ValueError(f"unknown format {bad[0]!r}")
+            raise ValueError(f"unknown format {bad[0]!r} (known: {', '.join(FORMATS)})")
         bad = [k for k in self.difficulty_levels if k not in ("L1", "L2", "L3", "L4", "L5")]
         if bad:
             raise ValueError(f"unknown difficulty level {bad[0]!r} (L1-L5)")
@@ -474,7 +476,9 @@ def extract_card(
     method["subdomains"] = ("llm labels + keywords" if labels else "keywords") + " (greedy keyword clustering)"
 
     # --- formats and levels
-    formats = Counter(it.resolved_format for it in items)
+    from benchfill.designers.quotas import design_format
+
+    formats = Counter(design_format(it) for it in items)
     levels = {i: _level_of(it) for i, it in enumerate(items)}
     level_counts = Counter(v for v in levels.values() if v)
     method["difficulty_levels"] = "metadata" if level_counts else "unknown (no level field)"
@@ -524,7 +528,7 @@ def extract_card(
                 it = items[picks[rank]]
                 examples.append(Example(
                     id=it.id, question=it.question.strip()[:800], answer=it.answer.strip()[:200], choices=it.choices,
-                    format=it.resolved_format, category=node.name, subdomain=sub_of.get(picks[rank]),
+                    format=design_format(it), category=node.name, subdomain=sub_of.get(picks[rank]),
                     level=levels[picks[rank]],
                 ))
     return DomainCard(

@@ -16,7 +16,6 @@ from typing import List, Optional
 import typer
 
 from benchfill.cli_support import console, friendly_errors, result_console, write_json_result
-from benchfill.errors import InputError
 
 designers_app = typer.Typer(add_completion=False, no_args_is_help=True,
                             help="Evaluate LLMs as benchmark designers (BenchBench): domain card, quota-controlled "
@@ -37,11 +36,11 @@ def card_cmd(
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the card as JSON (- = stdout)"),
 ) -> None:
     """Extract a domain card: ontology with counts, glossary, examples, formats, levels, modality, language."""
-    from benchfill.designers.card import build_card
+    from benchfill.api import designers_card
 
     with console.status("extracting the domain card ..."):
-        card = build_card(items, out, config_path=config, name=name, language=language,
-                          max_categories=max_categories, n_examples=examples)
+        card = designers_card(items, out, config=config, name=name, language=language,
+                              max_categories=max_categories, examples=examples)
     from rich.table import Table
     from rich.text import Text
 
@@ -83,12 +82,10 @@ def run_cmd(
 ) -> None:
     """Every designer writes a quota-controlled suite; every answerer answers every item; checks and the judge
     build the core set; the leaderboard, report.json, matrix.csv and heatmap.png go to the run folder."""
-    from benchfill.designers.pipeline import SIM_NOTE, run_designers
-    from benchfill.designers.report import across_table, calibration_table, leaderboard_table, preference_table
-    if irt is not None and irt not in ("map", "fast", "pymc", "nutpie"):
-        raise InputError("--irt", f"{irt!r}: choose map, fast, pymc or nutpie")
-    if seed_limit is not None and seed_limit < 1:
-        raise InputError("--seed-limit", f"{seed_limit}: must be at least 1")
+    from benchfill.api import designers_run
+    from benchfill.designers.report import (across_table, breakdown_table, calibration_table, leaderboard_table,
+                                            preference_table)
+    from benchfill.designers.results import SIM_NOTE
     from rich.markup import escape
 
     from benchfill.designers.quotas import load_quotas, quota_warnings
@@ -96,23 +93,23 @@ def run_cmd(
     for line in quota_warnings(load_quotas(quotas), str(quotas)):
         result_console(json_out).print(f"[yellow]warning: {escape(line)}[/]", highlight=False)
     with console.status("designer evaluation ...") as status:
-        result = run_designers(card, quotas, config, out, seed_responses=seed_responses, seed_items=seed_items,
+        result = designers_run(card, quotas, config, out, seed_responses=seed_responses, seed_items=seed_items,
                                seed_limit=seed_limit, irt=irt, log=lambda m: status.update(m))
-    report = result.report
+    report = result.report.model_dump(mode="json")
     con = result_console(json_out)
-    if report.get("simulated"):
+    if result.report.simulated:
         con.print(f"[bold yellow]{SIM_NOTE}[/]")
     con.print(leaderboard_table(report))
     con.print(preference_table(report))
     con.print(calibration_table(report))
+    con.print(breakdown_table(report))
     con.print(across_table(report))
-    if report.get("seed") is None:
+    if result.report.seed is None:
         con.print("[yellow]no seed-benchmark accuracies: ranking preservation (tau) not computed[/]")
-    write_json_result(json_out, report, note=con)
+    write_json_result(json_out, result.report.model_dump_json(indent=2) + "\n", note=con)
     u = result.usage
     skipped = f"; stages reused: {', '.join(result.skipped_stages)}" if result.skipped_stages else ""
-    con.print(f"calls made {u['calls_made']}, cached {u['cached']}, errors {u['errors']}, cost ${u['cost']:.4f}"
-              f"{skipped}")
+    con.print(f"calls made {u.calls_made}, cached {u.cached}, errors {u.errors}, cost ${u.cost:.4f}{skipped}")
     con.print(f"wrote {out}/report.json, matrix.csv, heatmap.png, core.jsonl")
 
 
@@ -125,8 +122,10 @@ def rewriters_cmd(
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="write the report as JSON here (- = stdout)"),
 ) -> None:
     """Rank BenchFill rewriters like designers: gap-fill success, mean deviation |d - t|, cost per filled gap."""
-    from benchfill.designers.rewriters import rewriter_report, rewriter_table
-    report = rewriter_report(runs, method=method, tolerance=tolerance)
+    from benchfill.api import designers_rewriters
+    from benchfill.designers.rewriters import rewriter_table
+
+    report = designers_rewriters(runs, method=method, tolerance=tolerance)
     con = result_console(json_out)
     con.print(rewriter_table(report))
-    write_json_result(json_out, report, note=con)
+    write_json_result(json_out, report.model_dump_json(indent=2) + "\n", note=con)

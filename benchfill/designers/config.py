@@ -79,6 +79,11 @@ class SimDesignerConfig(BaseModel):
         judge_favour: share of this designer's flawed items that reach the judge and are called clean (a judge
             biased toward this designer); ``judge_harshness``: share of its clean items that reach the judge and
             are called ``not_well_posed``.
+        order_decay: generation-order degradation: the broken rate rises linearly from ``broken_rate`` for the
+            first item of a reply to ``broken_rate + order_decay`` for the last (capped at 1).
+        multi_answer_rate: share of ``mcq_multi`` items with several keyed options (the rest key one);
+            ``partial_rate``: share of a wrong answer to a multi-answer item that is a near miss (a strict subset or
+            superset of the keyed options, which set matching counts wrong).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -101,6 +106,9 @@ class SimDesignerConfig(BaseModel):
     negative_rate: float = Field(default=0.0, ge=0, le=1)
     judge_favour: float = Field(default=0.0, ge=0, le=1)
     judge_harshness: float = Field(default=0.0, ge=0, le=1)
+    order_decay: float = Field(default=0.0, ge=-1, le=1)
+    multi_answer_rate: float = Field(default=0.8, ge=0, le=1)
+    partial_rate: float = Field(default=0.7, ge=0, le=1)
 
     @field_validator("flaw_mix")
     @classmethod

@@ -47,8 +47,14 @@ class DesignedItem(BaseModel):
         spec: what was asked (category, subdomain, format, difficulty, intent).
         declared: what the designer says it wrote ("unknown" where it did not say); spec alignment uses these,
             except ``format``, which is read from the item itself (options -> mcq).
-        format: the grading route of the item (``mcq`` when it has options).
+        format: the item's format on the quota axis, read from the item itself: ``mcq`` / ``mcq_multi`` when it has
+            options (``mcq_multi`` when declared so or when the gold keys several options), else the declared
+            format (else inferred from the answer). ``mcq_multi`` items are graded as multiple choice (set
+            equality); ``structured`` answers are stored as JSON text.
         metadata: every other field of the designer's JSON (a simulated designer's ground truth is under "sim").
+        position: where the item stood in the designer's reply (0 = the first item it wrote in that reply);
+            ``reply_size``: how many items that reply held. None for slots the reply left without an item.
+            Generation-order degradation (does quality fall the later an item is written?) reads these.
     """
 
     id: str
@@ -66,6 +72,15 @@ class DesignedItem(BaseModel):
     problems: list[str] = Field(default_factory=list)
     duplicate_of: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    position: int | None = None
+    reply_size: int | None = None
+
+    @property
+    def relative_position(self) -> float | None:
+        """``position`` scaled to [0, 1] over its reply (0 = first written, 1 = last); None for a one-item reply."""
+        if self.position is None or self.reply_size is None or self.reply_size < 2:
+            return None
+        return self.position / (self.reply_size - 1)
 
     @property
     def usable(self) -> bool:
@@ -73,7 +88,7 @@ class DesignedItem(BaseModel):
 
     def to_item(self) -> Item:
         """The record as a benchmark item (for answering and grading)."""
-        fmt = self.format if self.format in FORMATS else None
+        fmt = "mcq" if self.format == "mcq_multi" else self.format if self.format in FORMATS else None
         return Item(id=self.id, question=self.question, answer=self.answer or "?", choices=self.choices or None,
                     format=fmt, metadata={**self.metadata, "designer": self.designer, "slot": self.slot})
 
@@ -234,11 +249,15 @@ def parse_element(el: Any, slot: Slot, *, designer: str, round_no: int, n_option
     if not isinstance(el, dict):
         return DesignedItem(**base, status="broken", problems=["item is not a JSON object"])
     question = _text(el.get("question", el.get("problem")))
-    answer = _text(el.get("answer"))
+    raw_answer = el.get("answer")
     choices, choice_problem = _choices(el.get("choices", el.get("options")))
     declared_fmt = _text(el.get("format")).lower()
+    if isinstance(raw_answer, dict) or (isinstance(raw_answer, list) and not choices and declared_fmt == "structured"):
+        answer = json.dumps(raw_answer, ensure_ascii=False) if raw_answer else ""
+    else:
+        answer = _text(raw_answer)
     if choices:
-        fmt = "mcq"
+        fmt = "mcq_multi" if declared_fmt == "mcq_multi" or _n_keyed(answer, choices) > 1 else "mcq"
     elif declared_fmt in FORMATS:
         fmt = declared_fmt
     else:
@@ -260,6 +279,16 @@ def parse_element(el: Any, slot: Slot, *, designer: str, round_no: int, n_option
     return rec
 
 
+def _n_keyed(answer: str, choices: list[str]) -> int:
+    """How many options a multiple-choice gold keys (0 when it keys none)."""
+    from benchfill.models.grading import _gold_letters
+
+    if not answer.strip() or len(choices) < 2:
+        return 0
+    gold = _gold_letters(Item(id="_", question="_", answer=answer, choices=choices, format="mcq"))
+    return len(gold) if gold else 0
+
+
 def record_id(designer: str, slot: str, round_no: int) -> str:
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", designer).strip("_") or "designer"
     return f"{safe}-{slot}-r{round_no}"
@@ -279,22 +308,24 @@ def parse_reply(result: "CallResult", slots: Sequence[Slot], *, designer: str, r
             return [placeholder(s, "broken", f"designer reply unusable: {error}") for s in slots], 0
         return [placeholder(s, "failed", f"call failed: {error}") for s in slots], 0
     elements = list(result.parsed)
-    by_slot: dict[str, Any] = {}
-    rest: list[Any] = []
+    by_slot: dict[str, tuple[int, Any]] = {}
+    rest: list[tuple[int, Any]] = []
     open_ids = {s.slot for s in slots}
-    for el in elements:
+    for pos, el in enumerate(elements):
         sid = _text(el.get("slot")) if isinstance(el, dict) else ""
         if sid in open_ids and sid not in by_slot:
-            by_slot[sid] = el
+            by_slot[sid] = (pos, el)
         else:
-            rest.append(el)
+            rest.append((pos, el))
     records = []
     for slot in slots:
         if slot.slot not in by_slot and rest:
             by_slot[slot.slot] = rest.pop(0)
         if slot.slot in by_slot:
-            records.append(parse_element(by_slot[slot.slot], slot, designer=designer, round_no=round_no,
-                                         n_options=n_options, card=card))
+            pos, el = by_slot[slot.slot]
+            rec = parse_element(el, slot, designer=designer, round_no=round_no, n_options=n_options, card=card)
+            rec.position, rec.reply_size = pos, len(elements)
+            records.append(rec)
         else:
             records.append(placeholder(slot, "broken", "designer returned no item for this slot"))
     return records, len(rest)

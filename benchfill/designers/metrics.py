@@ -12,6 +12,8 @@ logits (larger = harder); correlations are unitless.
 - :func:`kendall_tau` — ranking preservation (answerer ranking on a suite vs on the seed benchmark).
 - :func:`preference_tests` — self / family preference: difference in differences on the designer x answerer
   accuracy matrix, with item-bootstrap standard errors and a Bonferroni decision.
+- :func:`order_effect` — generation-order degradation: the linear change of the broken rate from the first to the
+  last item of a designer's reply, with a bootstrap interval and a permutation test.
 - :func:`correlation` — Spearman / Pearson across designers (designing vs answering ability; broken vs
   discrimination).
 """
@@ -510,6 +512,67 @@ def calibration(b: np.ndarray, levels: Sequence[Any], seed_by_level: Mapping[str
         by[key] = {"n": int(sel.sum()), "mean_b": mb, "seed_mean_b": _f(ref), "shift": _f(shift)}
     return Calibration(rho, slope, slope_se, by, float(np.mean(shifts)) if shifts else None,
                        float(np.mean(np.abs(shifts))) if shifts else None)
+
+
+# ----------------------------------------------------------------------------------------------- generation order
+
+
+@dataclass(frozen=True)
+class OrderEffect:
+    """Generation-order degradation of one designer.
+
+    Attributes:
+        n: suite items with a known place in a reply of at least two items.
+        slope: the least-squares line of "broken" (0/1) on the relative position r in [0, 1] (0 = first item of
+            the reply, 1 = last): the change of the broken rate from the first to the last item (a share; > 0 =
+            quality falls the later an item is written).
+        ci: seeded bootstrap-over-items (1 - alpha) percentile interval of ``slope``.
+        p_value: two-sided permutation test of no order effect (positions shuffled against the outcomes).
+        by_third: broken rate of the first, middle and last third of the replies (r < 1/3, <= 2/3, above).
+    """
+
+    n: int
+    slope: float
+    ci: tuple[float | None, float | None]
+    p_value: float
+    by_third: dict[str, dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "slope": _f(self.slope), "ci": [_f(self.ci[0]), _f(self.ci[1])],
+                "p_value": _f(self.p_value), "by_third": self.by_third,
+                "basis": "broken (0/1) on the item's place in its reply, 0 = first written, 1 = last"}
+
+
+def _ols_slope(x: np.ndarray, y: np.ndarray) -> float:
+    vx = float(np.var(x))
+    return float(np.mean((x - x.mean()) * (y - y.mean())) / vx) if vx > 0 else float("nan")
+
+
+def order_effect(position: Sequence[float], broken: Sequence[bool], *, B: int = 1000, seed: int = 0,
+                 alpha: float = 0.05) -> OrderEffect:
+    """Does a designer's quality fall with the item's place in its generation order?
+
+    Args:
+        position: each suite item's relative place in its reply (0 = first written, 1 = last).
+        broken: whether the item is outside the core set.
+    """
+    r = np.asarray(position, float)
+    y = np.asarray(broken, float)
+    keep = np.isfinite(r)
+    r, y = r[keep], y[keep]
+    n = len(r)
+    slope = _ols_slope(r, y) if n >= 3 else float("nan")
+    ci = bootstrap_interval(n, lambda i: _ols_slope(r[i], y[i]), B=B, seed=seed, alpha=alpha) if n >= 3 \
+        else (None, None)
+    p = float("nan")
+    if n >= 3 and math.isfinite(slope):
+        rng = np.random.default_rng(seed + 1)
+        null = np.array([_ols_slope(rng.permutation(r), y) for _ in range(B)])
+        p = float((1 + np.sum(np.abs(null) >= abs(slope) - 1e-12)) / (B + 1))
+    thirds = {}
+    for name, sel in (("first", r < 1 / 3), ("middle", (r >= 1 / 3) & (r <= 2 / 3)), ("last", r > 2 / 3)):
+        thirds[name] = {"n": int(sel.sum()), "broken_rate": _f(float(y[sel].mean())) if sel.any() else None}
+    return OrderEffect(n, slope, ci, p, thirds)
 
 
 # ----------------------------------------------------------------------------------------------- bootstrap

@@ -22,7 +22,6 @@ import hashlib
 import json
 import math
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -33,15 +32,16 @@ from benchfill.designers import metrics as M
 from benchfill.designers.card import DomainCard, load_card
 from benchfill.designers.config import DesignersConfig, load_designers_config, validate_designers_config
 from benchfill.designers.generate import DesignedItem, generate_suite
-from benchfill.designers.quotas import AXES, Plan, QuotaSpec, axis_targets, load_quotas, make_plan
+from benchfill.designers.results import SIM_NOTE, CallUsage, DesignersReport, DesignersRun
+from benchfill.designers.quotas import AXES, Plan, QuotaSpec, axis_targets, design_format, load_quotas, make_plan
 from benchfill.designers.validate import (Answer, ItemVerdict, answer_items, choose_strong, count_matrix,
                                           judge_items)
 from benchfill.errors import InputError
 from benchfill.io import atomic_write_json, atomic_write_text
 
 CALLS_DB = "calls.sqlite"
-REPORT_VERSION = 3  # bump when build_report changes what it computes: a rerun then recomputes the report
-SIM_NOTE = "SIMULATED: designers, answerers and judge are the offline simulated world, not real models"
+REPORT_VERSION = 4  # bump when build_report changes what it computes: a rerun then recomputes the report
+GENERATE_VERSION = 2  # bump when a suite record gains a field the report needs (2: position in the reply)
 Log = Callable[[str], None]
 
 
@@ -90,19 +90,6 @@ def _model_fp(cfg: Any) -> dict[str, Any]:
             "rollouts": cfg.rollouts}
 
 
-# ----------------------------------------------------------------------------------------------- result
-
-
-@dataclass
-class RunResult:
-    """What one invocation did: the report (a dict, as in ``report.json``), stage skips and call usage."""
-
-    out: Path
-    report: dict[str, Any]
-    skipped_stages: list[str] = field(default_factory=list)
-    usage: dict[str, Any] = field(default_factory=dict)
-
-
 # ----------------------------------------------------------------------------------------------- the run
 
 
@@ -110,8 +97,19 @@ def run_designers(
     card_path: str | Path, quotas_path: str | Path, config_path: str | Path, out: str | Path, *,
     seed_responses: str | Path | None = None, seed_items: str | Path | None = None, seed_limit: int | None = None,
     irt: str | None = None, log: Log | None = None,
-) -> RunResult:
-    """Load and check every input (no call is made before the config, card and quotas check out), then run."""
+) -> DesignersRun:
+    """Load and check every input (no call is made before the config, card and quotas check out), then run.
+    Synchronous (``asyncio.run``); from a running event loop use :func:`run_designers_async`."""
+    return asyncio.run(run_designers_async(card_path, quotas_path, config_path, out, seed_responses=seed_responses,
+                                           seed_items=seed_items, seed_limit=seed_limit, irt=irt, log=log))
+
+
+async def run_designers_async(
+    card_path: str | Path, quotas_path: str | Path, config_path: str | Path, out: str | Path, *,
+    seed_responses: str | Path | None = None, seed_items: str | Path | None = None, seed_limit: int | None = None,
+    irt: str | None = None, log: Log | None = None,
+) -> DesignersRun:
+    """:func:`run_designers`, awaitable (on the caller's event loop)."""
     card = load_card(card_path)
     quotas = load_quotas(quotas_path)
     cfg = load_designers_config(config_path)
@@ -123,14 +121,14 @@ def run_designers(
         targets = axis_targets(quotas, card)
     except InputError as exc:
         raise InputError(str(quotas_path), exc.rule) from None
-    return asyncio.run(_run(card, Path(card_path), quotas, targets, cfg, Path(out), lib, seed_responses=seed_responses,
-                            seed_items=seed_items, seed_limit=seed_limit, irt=irt, log=log or (lambda _m: None)))
+    return await _run(card, Path(card_path), quotas, targets, cfg, Path(out), lib, seed_responses=seed_responses,
+                      seed_items=seed_items, seed_limit=seed_limit, irt=irt, log=log or (lambda _m: None))
 
 
 async def _run(card: DomainCard, card_path: Path, quotas: QuotaSpec, targets: dict[str, dict[str, float]],
                cfg: DesignersConfig, out: Path, lib: Any, *,
                seed_responses: str | Path | None, seed_items: str | Path | None, seed_limit: int | None,
-               irt: str | None, log: Log) -> RunResult:
+               irt: str | None, log: Log) -> DesignersRun:
     from benchfill.models.cache import CallCache
     from benchfill.models.client import ModelClient
     from benchfill.models.grading import Grader
@@ -153,7 +151,7 @@ async def _run(card: DomainCard, card_path: Path, quotas: QuotaSpec, targets: di
     prompts_fp = {name: lib.text(name) for name in ("designer_generate", "designer_item_judge")}
     answer_fp = {name: lib.text(name) for name in sorted(set(ANSWER_TEMPLATE.values()) | {"grade_judge"})}
     skipped: list[str] = []
-    result_report: dict[str, Any]
+    result_report: DesignersReport
     try:
         # 1. plan
         fp_plan = fingerprint("plan", card.model_dump(mode="json"), quotas.model_dump(mode="json"), cfg.seed)
@@ -167,7 +165,7 @@ async def _run(card: DomainCard, card_path: Path, quotas: QuotaSpec, targets: di
         log(f"plan: {plan.total} slots per designer, {len(cfg.designers)} designers")
 
         # 2. generate
-        fp_gen = fingerprint("generate", fp_plan, [_model_fp(d) for d in cfg.designers],
+        fp_gen = fingerprint("generate", GENERATE_VERSION, fp_plan, [_model_fp(d) for d in cfg.designers],
                              opts.model_dump(include={"batch_size", "max_topup_rounds", "n_options", "near_duplicate",
                                                       "max_reasks"}),
                              prompts_fp["designer_generate"], sim_fp)
@@ -245,7 +243,7 @@ async def _run(card: DomainCard, card_path: Path, quotas: QuotaSpec, targets: di
                              [(d.label, d.family, (cfg.answerer_of(d).label if cfg.answerer_of(d) else None))
                               for d in cfg.designers], [(a.label, a.family) for a in cfg.panel], REPORT_VERSION)
         if store.fresh("report", fp_rep):
-            result_report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+            result_report = DesignersReport.from_json_file(out / "report.json")
             skipped.append("report")
         else:
             log(f"report: IRT ({method}) on the joint core set, metrics, heatmap")
@@ -254,13 +252,13 @@ async def _run(card: DomainCard, card_path: Path, quotas: QuotaSpec, targets: di
             store.done("report", fp_rep, ["report.json", "matrix.csv", "heatmap.png", "core.jsonl"])
     finally:
         stats = client.stats
-        usage = {"calls_made": stats.calls, "cached": stats.cached, "errors": stats.errors, "retries": stats.retries,
-                 "malformed_replies": stats.malformed, "tokens_in": stats.tokens_in, "tokens_out": stats.tokens_out,
-                 "cost": round(stats.cost, 6)}
+        usage = CallUsage(calls_made=stats.calls, cached=stats.cached, errors=stats.errors, retries=stats.retries,
+                          malformed_replies=stats.malformed, tokens_in=stats.tokens_in, tokens_out=stats.tokens_out,
+                          cost=round(stats.cost, 6))
         await client.aclose()
-    atomic_write_json(out / "last_run.json", {"skipped_stages": skipped, "usage": usage,
+    atomic_write_json(out / "last_run.json", {"skipped_stages": skipped, "usage": usage.model_dump(),
                                               **({"label": SIM_NOTE} if cfg.simulated else {})})
-    return RunResult(out, result_report, skipped, usage)
+    return DesignersRun(out=str(out), report=result_report, skipped_stages=skipped, usage=usage)
 
 
 async def _seed_stage(store: StageStore, out: Path, cfg: DesignersConfig, card: DomainCard, card_path: Path,
@@ -340,6 +338,15 @@ def _find_seed_items(seed_items: str | Path | None, card: DomainCard, card_path:
 # ----------------------------------------------------------------------------------------------- the report
 
 
+def guessing(rec: DesignedItem) -> float:
+    """The IRT lower asymptote c of a designed item: 1/k for k-option multiple choice, 1/(2^k - 1) for a
+    multi-answer one (a random non-empty set of options), 0 otherwise."""
+    k = len(rec.choices or [])
+    if not k:
+        return 0.0
+    return 1.0 / k if rec.format == "mcq" else 1.0 / (2 ** k - 1) if rec.format == "mcq_multi" else 0.0
+
+
 def _irt_difficulties(cfg: DesignersConfig, core: Sequence[DesignedItem], c: np.ndarray, t: np.ndarray,
                       method: str) -> tuple[np.ndarray, dict[str, Any]]:
     """b (I,) of every core item on one joint scale (1PL, c = 1/k for multiple choice)."""
@@ -357,7 +364,7 @@ def _irt_difficulties(cfg: DesignersConfig, core: Sequence[DesignedItem], c: np.
     if keep.sum() < 2 or t.shape[0] < 2:
         info["note"] = "too few core items or answerers for an IRT fit"
         return b, info
-    guess = np.array([1.0 / len(r.choices) if r.format == "mcq" and r.choices else 0.0 for r in core])[keep]
+    guess = np.array([guessing(r) for r in core])[keep]
     rm = ResponseMatrix([a.label for a in cfg.panel], [r.id for r, k in zip(core, keep) if k], c[:, keep], t[:, keep])
     settings = SamplerSettings(method=method, seed=cfg.seed)
     try:
@@ -410,7 +417,7 @@ def _seed_matrix(out: Path, seed: Mapping[str, Any] | None, card: DomainCard, ca
         lv = _level_of(it) if it is not None else None
         levels.append(float(lv[1]) if lv else None)
         k = len(it.choices) if it is not None and it.resolved_format == "mcq" and it.choices else 0
-        guess.append(1.0 / k if k else 0.0)
+        guess.append(0.0 if not k else 1.0 / (2 ** k - 1) if design_format(it) == "mcq_multi" else 1.0 / k)
     return (c[:, keep], t[:, keep]), levels, np.array(guess)
 
 
@@ -471,16 +478,26 @@ def _designer_intervals(recs: Sequence[DesignedItem], d_core: Sequence[DesignedI
 
 def _breakdown(recs: Sequence[DesignedItem], status: Mapping[str, str], core_pos: Mapping[str, int], c: np.ndarray,
                t: np.ndarray, b: np.ndarray | None) -> dict[str, dict[str, dict[str, Any]]]:
-    """Per requested level, intent and format (the slot's, i.e. what was asked): suite items, broken rate, core items,
-    error rate (1 - mean correct) and mean b of the core items on the joint scale."""
+    """Per requested level, intent and format (the slot's, i.e. what was asked), and per third of the designer's
+    replies the item was written in (``position``: first / middle / last; "unknown" for one-item replies): suite
+    items, broken rate, core items, error rate (1 - mean correct) and mean b of the core items on the joint scale."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     suite = [r for r in recs if status.get(r.id, r.status) not in M.OUTSIDE_SUITE]
-    for axis in ("difficulty", "intent", "format"):
+
+    def third(r: DesignedItem) -> str:
+        x = r.relative_position
+        return "unknown" if x is None else "first" if x < 1 / 3 else "middle" if x <= 2 / 3 else "last"
+
+    rank = {"first": 0, "middle": 1, "last": 2, "unknown": 3}
+
+    for axis in ("difficulty", "intent", "format", "position"):
         groups: dict[str, list[DesignedItem]] = {}
         for r in suite:
-            groups.setdefault(str((r.spec or {}).get(axis) or r.declared.get(axis, "unknown")), []).append(r)
+            key = third(r) if axis == "position" else str((r.spec or {}).get(axis) or r.declared.get(axis, "unknown"))
+            groups.setdefault(key, []).append(r)
         rows = {}
-        for value, members in sorted(groups.items()):
+        for value, members in sorted(groups.items(), key=lambda kv: (rank.get(kv[0], 0) if axis == "position" else 0,
+                                                                     kv[0])):
             idx = [core_pos[r.id] for r in members if r.id in core_pos]
             tt = t[:, idx].sum() if idx else 0
             rows[value] = {"n_suite": len(members), "n_core": len(idx),
@@ -494,7 +511,7 @@ def _breakdown(recs: Sequence[DesignedItem], status: Mapping[str, str], core_pos
 def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Sequence[DesignedItem],
                  answers: Sequence[Answer], verdicts: Sequence[ItemVerdict], strong: Sequence[str],
                  seed: dict[str, Any] | None, irt_method: str, out: Path,
-                 generation: Mapping[str, Any] | None = None, card_path: Path | None = None) -> dict[str, Any]:
+                 generation: Mapping[str, Any] | None = None, card_path: Path | None = None) -> DesignersReport:
     """Every metric of SPEC section 7 from the stage outputs; writes report.json, matrix.csv, heatmap.png and
     core.jsonl and returns the report."""
     from benchfill.designers.report import plot_heatmap
@@ -520,8 +537,7 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
     jinp = M.JointInputs(
         designers=[d.label for d in cfg.designers], answerers=answerers, counts=counts_by_designer,
         levels=[[M._level_num(r.declared.get("difficulty")) for r in cores[d.label]] for d in cfg.designers],
-        guessing=[np.array([1.0 / len(r.choices) if r.format == "mcq" and r.choices else 0.0
-                            for r in cores[d.label]]) for d in cfg.designers],
+        guessing=[np.array([guessing(r) for r in cores[d.label]]) for d in cfg.designers],
         designer_family={d.label: d.family for d in cfg.designers},
         answerer_family={a.label: a.family for a in cfg.panel},
         self_answerer={d.label: (cfg.answerer_of(d).label if cfg.answerer_of(d) else None) for d in cfg.designers},
@@ -577,6 +593,10 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
                                         B, rseed + k_d)
         breakdown = _breakdown(recs, status, {r.id: k for k, r in enumerate(d_core)}, c, t,
                                joint.b[offsets[k_d]:offsets[k_d + 1]] if joint is not None else None)
+        in_suite = [r for r in recs if status.get(r.id, r.status) not in M.OUTSIDE_SUITE]
+        order = M.order_effect([_num(r.relative_position) for r in in_suite],
+                               [status.get(r.id, r.status) != "clean" for r in in_suite],
+                               B=B, seed=rseed + 7919 + k_d, alpha=cfg.run.alpha)
         own = cfg.answerer_of(d)
         n_dup = sum(status.get(r.id, r.status) == "duplicate" for r in recs)
         filled = {r.slot for r in recs if r.status == "ok"}
@@ -591,10 +611,18 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
             "mean_tvd": M._f(float(np.mean(tvds))) if tvds else None,
             "difficulty": {**diff.as_dict(), "designer_effect": effect},
             "calibration": calib, "intervals": intervals, "breakdown": breakdown,
+            "generation_order": order.as_dict(),
             "discrimination": disc.as_dict(), "ranking": tau.as_dict(),
             "accuracy_by_answerer": acc,
             "generation": dict((generation or {}).get(d.label, {})),
         })
+
+    # generation order: one test per designer, Bonferroni over the run's designers (as the preference tests)
+    n_order = sum(r["generation_order"]["p_value"] is not None for r in designers_out)
+    for row in designers_out:
+        go = row["generation_order"]
+        go["n_tests"] = max(n_order, 1)
+        go["detected"] = bool(go["p_value"] is not None and go["p_value"] < cfg.run.alpha / max(n_order, 1))
 
     A = M.accuracy_matrix(counts_by_designer)
     # answering ability of each designer's own model: seed accuracy, else accuracy on the OTHER designers' items
@@ -671,7 +699,6 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
     files = {"report": "report.json", "matrix": "matrix.csv", "heatmap": "heatmap.png", "core": "core.jsonl",
              "suite": "suite.jsonl", "answers": "answers.jsonl", "verdicts": "verdicts.jsonl"}
     report = {
-        **({"label": SIM_NOTE} if cfg.simulated else {}),
         "simulated": cfg.simulated,
         "card": {"name": card.name, "source": card.source, "n_items": card.n_items, "language": card.language,
                  "modality": card.modality},
@@ -717,12 +744,14 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
                  designer_family=[d.family for d in cfg.designers], answerer_family=[a.family for a in cfg.panel],
                  n_items=[int(c.shape[1]) for c, _ in counts_by_designer], simulated=cfg.simulated,
                  title=f"{card.name}: designer x answerer accuracy on core items", residual=resid, marks=marks)
-    atomic_write_json(out / "report.json", report)
-    return report
+    result = DesignersReport.model_validate(report)
+    atomic_write_text(out / "report.json", result.model_dump_json(indent=2) + "\n")
+    return result
 
 
 def _num(x: Any) -> float:
     return float(x) if x is not None else float("nan")
 
 
-__all__ = ["RunResult", "StageStore", "build_report", "fingerprint", "run_designers", "read_jsonl", "write_jsonl"]
+__all__ = ["DesignersRun", "StageStore", "build_report", "fingerprint", "run_designers", "run_designers_async",
+           "read_jsonl", "write_jsonl"]

@@ -31,11 +31,28 @@ from benchfill.errors import InputError, from_validation_error
 AXES = ("category", "format", "difficulty", "intent")
 LEVELS = ("L1", "L2", "L3", "L4", "L5")
 INTENTS = ("standard", "adversarial")
-FORMATS = ("mcq", "numeric", "math", "short", "open")
+#: BenchBench's question types in this project's grading routes: ``mcq`` = one keyed option (mcq_single);
+#: ``mcq_multi`` = select all that apply (a set of keyed options, graded by set equality); ``structured`` = a JSON
+#: list in a fixed order or an object of named fields (graded field by field); ``short`` = a term or phrase (cloze,
+#: judgment "true"/"false"); ``open`` = free form (a rubric judge); ``numeric`` and ``math`` as for any item.
+FORMATS = ("mcq", "mcq_multi", "numeric", "math", "short", "structured", "open")
 FROM_CARD = "from_card"
 #: BenchBench's defaults: difficulty levels 15/25/30/20/10 % and 75/25 standard/adversarial
 DEFAULT_LEVELS = {"L1": 0.15, "L2": 0.25, "L3": 0.30, "L4": 0.20, "L5": 0.10}
 DEFAULT_INTENT = {"standard": 0.75, "adversarial": 0.25}
+
+
+def design_format(item: Any) -> str:
+    """An item's format on the quota axis: ``mcq_multi`` for multiple choice keying more than one option, else its
+    grading route (:attr:`benchfill.data.Item.resolved_format`)."""
+    fmt = item.resolved_format
+    if fmt == "mcq":
+        from benchfill.models.grading import _gold_letters
+
+        gold = _gold_letters(item)
+        if gold is not None and len(gold) > 1:
+            return "mcq_multi"
+    return fmt
 
 
 class QuotaSpec(BaseModel):

@@ -136,6 +136,46 @@ def calibration_table(report: Mapping[str, Any]) -> Table:
     return t
 
 
+def breakdown_table(report: Mapping[str, Any]) -> Table:
+    """Per designer: broken rate and error rate (1 - mean correct) by requested format and intent, and the
+    generation-order effect (broken rate of the first / last third of its replies, slope with 95 % CI and p)."""
+    t = Table(title="breakdowns: broken % / error % by format and intent; generation order (broken rate by place in "
+                    "the reply)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    rows = report["designers"]
+    formats = sorted({f for r in rows for f in (r.get("breakdown") or {}).get("format", {})})
+    intents = sorted({f for r in rows for f in (r.get("breakdown") or {}).get("intent", {})})
+    t.add_column("designer")
+    for f in formats + intents:
+        t.add_column(f, justify="right", no_wrap=True)
+    t.add_column("first / last third", justify="right", no_wrap=True)
+    t.add_column("order slope [95% CI]", justify="right", no_wrap=True)
+    t.add_column("p", justify="right")
+
+    def cell(c: Mapping[str, Any] | None) -> str:
+        if not c:
+            return "-"
+        err = "-" if c.get("error_rate") is None else f"{100 * c['error_rate']:.0f}"
+        return f"{_pct(c.get('broken_rate'), 0)[:-1]} / {err} n={c['n_suite']}"
+
+    for row in rows:
+        bd = row.get("breakdown") or {}
+        go = row.get("generation_order") or {}
+        thirds = go.get("by_third") or {}
+        first, last = (thirds.get(k, {}).get("broken_rate") for k in ("first", "last"))
+        ci = go.get("ci") or [None, None]
+        slope = "-" if go.get("slope") is None else (
+            f"{100 * go['slope']:+.0f} pts" + ("" if ci[0] is None else f" [{100 * ci[0]:+.0f},{100 * ci[1]:+.0f}]")
+            + ("[bold red]*[/]" if go.get("detected") else ""))
+        t.add_row(Text(row["designer"]), *[cell(bd.get("format", {}).get(f)) for f in formats],
+                  *[cell(bd.get("intent", {}).get(f)) for f in intents],
+                  f"{_pct(first, 0)} / {_pct(last, 0)}", slope, _num(go.get("p_value"), "{:.3g}"))
+    t.caption = ("format / intent cells: broken % / error % of the core items, n = suite items asked for; order slope: "
+                 "change of the broken rate from the first to the last item of a reply (percentage points; > 0 = "
+                 "quality falls the later an item is written; * detected: permutation p < alpha / designers, "
+                 "Bonferroni); by level and by place: report.json breakdown")
+    return t
+
+
 def across_table(report: Mapping[str, Any]) -> Table:
     t = Table(title="across designers", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     t.add_column("relation")

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
+from benchfill.designers.results import RewriterReport, RewriterRun, RewriterScore
 from benchfill.errors import InputError
 
 DEFAULT_TOLERANCE = 0.01
@@ -36,30 +37,6 @@ class RunGaps:
     tolerance: float
     simulated: bool
     gaps: list[dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class RewriterScore:
-    """One rewriter over all its runs. Rates are shares of finished gaps; deviation |d - t| on the normalised
-    difficulty axis (filled gaps only); cost in US dollars (0 for local and simulated models)."""
-
-    rewriter: str
-    runs: list[str]
-    n_gaps: int
-    n_open: int
-    n_filled: int
-    success_rate: float
-    within_tolerance_rate: float
-    mean_deviation: float
-    median_deviation: float
-    mean_rounds: float
-    candidates_per_gap: float
-    total_cost: float
-    cost_per_filled_gap: float
-    simulated: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
 
 
 def _rewriter_from_config(conf: Any) -> str | None:
@@ -125,42 +102,40 @@ def score_rewriters(runs: Sequence[RunGaps], tolerance: float | None = None) -> 
         filled = sum(g["status"] == "filled" for g in finished)
         out.append(RewriterScore(
             rewriter=name, runs=[r.run for r in group], n_gaps=n + n_open, n_open=n_open, n_filled=filled,
-            success_rate=filled / n if n else float("nan"), within_tolerance_rate=within / n if n else float("nan"),
-            mean_deviation=float(np.mean(dev)) if dev else float("nan"),
-            median_deviation=float(np.median(dev)) if dev else float("nan"),
-            mean_rounds=float(np.mean(rounds)) if rounds else float("nan"),
-            candidates_per_gap=float(np.mean(cands)) if cands else float("nan"),
-            total_cost=round(cost, 6), cost_per_filled_gap=cost / filled if filled else float("nan"),
+            success_rate=filled / n if n else None, within_tolerance_rate=within / n if n else None,
+            mean_deviation=float(np.mean(dev)) if dev else None,
+            median_deviation=float(np.median(dev)) if dev else None,
+            mean_rounds=float(np.mean(rounds)) if rounds else None,
+            candidates_per_gap=float(np.mean(cands)) if cands else None,
+            total_cost=round(cost, 6), cost_per_filled_gap=cost / filled if filled else None,
             simulated=any(r.simulated for r in group),
         ))
 
     def key(s: RewriterScore) -> tuple[float, float, float, str]:
-        nan_last = lambda x, sign=1: sign * x if math.isfinite(x) else math.inf  # noqa: E731
-        return (nan_last(s.success_rate, -1), nan_last(s.mean_deviation), nan_last(s.cost_per_filled_gap), s.rewriter)
+        def last(x: float | None, sign: int = 1) -> float:  # undefined values sort last
+            return sign * x if x is not None and math.isfinite(x) else math.inf
+
+        return (last(s.success_rate, -1), last(s.mean_deviation), last(s.cost_per_filled_gap), s.rewriter)
 
     return sorted(out, key=key)
 
 
 def rewriter_report(paths: Sequence[str | Path], method: str = "benchfill", tolerance: float | None = None
-                    ) -> dict[str, Any]:
-    """The rewriter leaderboard of ``paths`` (run folders) as a JSON-ready dict."""
+                    ) -> RewriterReport:
+    """The rewriter leaderboard of ``paths`` (run folders)."""
     runs = [read_run(p, method) for p in paths]
-    scores = score_rewriters(runs, tolerance)
-    simulated = any(s.simulated for s in scores)
-    return {
-        **({"label": "SIMULATED: at least one run used the offline simulated world"} if simulated else {}),
-        "method": method, "tolerance": tolerance if tolerance is not None else "per run (fill.tolerance, else 0.01)",
-        "runs": [{"run": r.run, "rewriter": r.rewriter, "gaps": len(r.gaps),
-                  "statuses": dict(Counter(g.get("status") for g in r.gaps))} for r in runs],
-        "rewriters": [s.as_dict() for s in scores],
-    }
+    return RewriterReport(
+        method=method, tolerance=tolerance if tolerance is not None else "per run (fill.tolerance, else 0.01)",
+        runs=[RewriterRun(run=r.run, rewriter=r.rewriter, gaps=len(r.gaps),
+                          statuses=dict(Counter(g.get("status") for g in r.gaps))) for r in runs],
+        rewriters=score_rewriters(runs, tolerance))
 
 
-def rewriter_table(report: dict[str, Any]):
+def rewriter_table(report: RewriterReport):
     from rich import box
     from rich.table import Table
 
-    title = "rewriters as designers: BenchFill gap filling" + (" [bold yellow](SIMULATED)[/]" if "label" in report else "")
+    title = "rewriters as designers: BenchFill gap filling" + (" [bold yellow](SIMULATED)[/]" if report.simulated else "")
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("rewriter", "runs", "gaps", "success", "within tol", "mean |d-t|", "rounds", "cost/filled"):
         t.add_column(col, justify="left" if col == "rewriter" else "right", no_wrap=col == "rewriter")
@@ -171,11 +146,10 @@ def rewriter_table(report: dict[str, Any]):
     def pct(x: Any) -> str:
         return "-" if x is None else f"{100 * x:.1f}%"
 
-    for s in report["rewriters"]:
-        gaps = f"{s['n_filled']}/{s['n_gaps']}" + (f" ({s['n_open']} open)" if s["n_open"] else "")
-        t.add_row(s["rewriter"], str(len(s["runs"])), gaps, pct(s["success_rate"]), pct(s["within_tolerance_rate"]),
-                  num(s["mean_deviation"], "{:.4f}"), num(s["mean_rounds"], "{:.1f}"),
-                  num(s["cost_per_filled_gap"], "${:.4f}"))
+    for s in report.rewriters:
+        gaps = f"{s.n_filled}/{s.n_gaps}" + (f" ({s.n_open} open)" if s.n_open else "")
+        t.add_row(s.rewriter, str(len(s.runs)), gaps, pct(s.success_rate), pct(s.within_tolerance_rate),
+                  num(s.mean_deviation, "{:.4f}"), num(s.mean_rounds, "{:.1f}"), num(s.cost_per_filled_gap, "${:.4f}"))
     t.caption = ("gaps = filled / all; success = filled share of finished gaps; within tol = filled with |d - t| <= "
                  "tolerance; cost in US$ (children per gap and totals: --json)")
     return t

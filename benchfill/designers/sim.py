@@ -11,7 +11,8 @@ changes none) so the real pipeline — prompts, cache, re-asks, grading, checks,
   (``self_bonus``) and its family's answerers (``family_bonus``) a logit bonus on its items, inverted calibration
   (``level_slope`` < 0), mislabelled levels (``mislabel_rate``), 2PL slopes (``item_slope``), negative-
   discrimination items (``negative_rate``) and a judge biased for or against it (``judge_favour``,
-  ``judge_harshness``).
+  ``judge_harshness``), generation-order degradation (``order_decay``), and BenchBench's ``mcq_multi`` (near-miss
+  wrong answers: a subset or superset of the key, ``partial_rate``) and ``structured`` (JSON object) formats.
 - ``panel`` on a designed item: correct with probability c + (1 - c) sigmoid(a (theta + bonus - b)), c = 1/k for
   k-option multiple choice; a correct answer gives the item's TRUE answer (so a wrong gold marks the panel
   wrong), an ambiguous item's correct answer is either defensible answer, a not-well-posed item gets guesses.
@@ -123,8 +124,8 @@ class DesignerSimWorld(SimWorld):
         n_opt = int(_N_OPTIONS.search(prompt).group(1)) if _N_OPTIONS.search(prompt) else 4
         items = []
         prev_question: str | None = None
-        for spec in specs:
-            item = self._design_one(name, cfg, spec, n_opt, rng)
+        for pos, spec in enumerate(specs):
+            item = self._design_one(name, cfg, spec, n_opt, rng, pos / (len(specs) - 1) if len(specs) > 1 else 0.0)
             if prev_question is not None and rng.random() < cfg.duplicate_rate:
                 item["question"] = prev_question.upper()  # the same stem, differently cased: a duplicate
             prev_question = item.get("question") or prev_question
@@ -132,7 +133,8 @@ class DesignerSimWorld(SimWorld):
         return json.dumps({"items": items}, ensure_ascii=False)
 
     def _design_one(self, name: str, cfg: SimDesignerConfig, spec: Mapping[str, Any], n_opt: int,
-                    rng: np.random.Generator) -> dict[str, Any]:
+                    rng: np.random.Generator, where: float = 0.0) -> dict[str, Any]:
+        """One item for ``spec``; ``where`` is its place in the reply (0 = first written, 1 = last)."""
         cat, sub = str(spec.get("category", "general")), spec.get("subdomain")
         fmt, level, intent = str(spec.get("format", "numeric")), str(spec.get("difficulty", "L3")), \
             str(spec.get("intent", "standard"))
@@ -149,7 +151,7 @@ class DesignerSimWorld(SimWorld):
         b = cfg.difficulty_shift + cfg.level_slope * (lv - 3) + cfg.difficulty_noise * float(rng.standard_normal())
         b += 0.3 if intent == "adversarial" else 0.0
         flaw = "none"
-        if rng.random() < cfg.broken_rate:
+        if rng.random() < min(1.0, max(0.0, cfg.broken_rate + cfg.order_decay * where)):
             kinds = [k for k in FLAWS if cfg.flaw_mix.get(k, 0) > 0]
             w = np.array([cfg.flaw_mix[k] for k in kinds], float)
             flaw = str(kinds[int(rng.choice(len(kinds), p=w / w.sum()))])
@@ -183,6 +185,45 @@ class DesignerSimWorld(SimWorld):
                 choices = choices[:-1] if n_opt > 2 else choices + [str(truth_value + 20)]
             out["choices"] = choices
             out["answer"] = stated
+        elif fmt == "mcq_multi":
+            letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:n_opt]
+            n_key = int(rng.integers(2, max(3, n_opt))) if rng.random() < cfg.multi_answer_rate else 1
+            keyed = sorted(str(c) for c in rng.choice(list(letters), size=min(n_key, n_opt), replace=False))
+            choices = []
+            for k, c in enumerate(letters):  # keyed options are divisors of x + y, the others are not
+                choices.append(f"{words[k % 9]} {truth_value if c in keyed else truth_value + 1 + k}")
+            out["question"] = head + (" Select all that apply: which options carry the value of "
+                                      f"{x} + {y}?" if flaw != "not_well_posed" else " Select all that apply.")
+            truth = ", ".join(keyed)
+            others = [c for c in letters if c not in keyed]
+
+            def swap(keys: list[str]) -> str:  # one keyed letter replaced by an unkeyed one: a wrong key set
+                if not others:
+                    return ", ".join(keys[:-1]) if len(keys) > 1 else "A"
+                return ", ".join(sorted(keys[1:] + [str(rng.choice(others))]))
+
+            stated = truth
+            if flaw == "gold_incorrect":
+                stated = swap(keyed)
+            elif flaw == "ambiguous":
+                alt = swap(keyed)
+            elif flaw == "gold_not_in_options":
+                stated = ", ".join(keyed + ["ABCDEFGHIJKLMNOPQRSTUVWXYZ"[n_opt + 1]])
+            elif flaw == "bad_options":
+                choices = choices[:-1] if n_opt > 2 else choices + [f"{words[8]} {truth_value + 20}"]
+            out["choices"] = choices
+            out["answer"] = [c.strip() for c in stated.split(",")]
+        elif fmt == "structured":
+            fields = {"sum": truth_value, "difference": x - y, "larger": max(x, y)}
+            truth = json.dumps(fields)
+            out["question"] = head + (f" For {x} and {y}, give a JSON object with the fields sum, difference "
+                                      "(first minus second) and larger." if flaw != "not_well_posed"
+                                      else " Give the fields of the missing quantity.")
+            wrong_field = str(rng.choice(list(fields)))
+            changed = json.dumps({**fields, wrong_field: fields[wrong_field] + 11})
+            stated = changed if flaw == "gold_incorrect" else truth
+            alt = changed if flaw == "ambiguous" else None
+            out["answer"] = json.loads(stated)
         elif fmt == "short":
             truth = words[7]
             out["question"] = head + (f" Which word comes first: {words[7]} or the one after it? (one word)"
@@ -197,9 +238,9 @@ class DesignerSimWorld(SimWorld):
             stated = step(truth_value + 11) if flaw == "gold_incorrect" else truth
             alt = step(truth_value + 13) if flaw == "ambiguous" else None
             out["answer"] = stated
-        if flaw == "missing_answer" or (flaw == "gold_not_in_options" and fmt != "mcq"):
+        if flaw == "missing_answer" or (flaw == "gold_not_in_options" and fmt not in ("mcq", "mcq_multi")):
             out.pop("answer", None)
-        if flaw == "bad_options" and fmt != "mcq":
+        if flaw == "bad_options" and fmt not in ("mcq", "mcq_multi"):
             out["choices"] = [out.get("answer", "1")]  # a single option: wrong option count
         out["sim"] = {"designer": name, "latent_b": round(b, 4), "flaw": flaw, "truth": truth, "alt": alt,
                       "noise": noise, "format": fmt, "slope": slope, "written_level": lv}
@@ -227,21 +268,48 @@ class DesignerSimWorld(SimWorld):
             return f"{SIM_LABEL}: the simulated model rambles and gives no final answer."
         fmt = item.resolved_format
         k = len(item.choices) if fmt == "mcq" and item.choices else 0
+        multi = truth.get("format") == "mcq_multi"
+        guess = (1.0 / (2 ** k - 1) if multi else 1.0 / k) if k else 0.0  # a random non-empty set / one letter
         u = _u(self.seed, "panel", model, key)
         if truth.get("flaw") == "not_well_posed":
-            correct = u < (1.0 / k if k else 0.02)  # a guess
+            correct = u < (guess if k else 0.02)  # a guess
         elif truth.get("noise"):
             correct = u < 0.5  # a coin flip, whatever the ability: no discrimination
         else:
-            c = 1.0 / k if k else 0.0
+            c = guess
             z = float(truth.get("slope", 1.0)) * (self.theta(model) + self.bonus(name, str(truth.get("designer")))
                                                   - float(truth.get("latent_b", 0.0)))
             correct = u < c + (1 - c) * _sigmoid(z)
         shown = str(truth.get("truth"))
         if correct and truth.get("alt") and _u(self.seed, "alt", model, key) < 0.5:
             shown = str(truth["alt"])
+        w = _u(self.seed, "wrong", model, key)
+        if multi:
+            given = shown if correct else self._near_miss(shown, k, model, key, w, str(truth.get("designer")))
+            return f"{SIM_LABEL} answer.\nAnswer: {given}"
+        if fmt == "structured":
+            if correct:
+                return f"{SIM_LABEL} answer.\nAnswer: {shown}"
+            fields = json.loads(shown)
+            name_ = sorted(fields)[int(w * len(fields)) % len(fields)]
+            fields[name_] = fields[name_] + 1 + int(w * 5)  # one field off: wrong, field by field
+            return f"{SIM_LABEL} answer.\nAnswer: {json.dumps(fields)}"
         pseudo = item.model_copy(update={"answer": shown})
-        return render_answer(pseudo, correct, _u(self.seed, "wrong", model, key))
+        return render_answer(pseudo, correct, w)
+
+    def _near_miss(self, gold: str, k: int, model: str, key: str, w: float, designer: str) -> str:
+        """A wrong answer to a multi-answer item: with the designer's ``partial_rate`` a near miss (one keyed letter
+        dropped, or one unkeyed letter added), else one unkeyed letter."""
+        letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:k]
+        keyed = [c.strip() for c in gold.split(",") if c.strip()]
+        others = [c for c in letters if c not in keyed]
+        cfg = self.designers.get(designer, SimDesignerConfig())
+        if _u(self.seed, "partial", model, key) < cfg.partial_rate:
+            if len(keyed) > 1 and (w < 0.5 or not others):
+                return ", ".join(keyed[:-1])  # a strict subset
+            if others:
+                return ", ".join(sorted(keyed + [others[int(w * len(others)) % len(others)]]))  # a superset
+        return others[int(w * len(others)) % len(others)] if others else "A"
 
     # ------------------------------------------------------------------------------------------- judge / card
 

@@ -1,9 +1,10 @@
 """Panel validation (Stage 3): static checks, every answerer answering every item, objective-first grading,
 dynamic checks, and the item-quality judge. The core set is the items the checks leave ``clean``.
 
-- Static checks (:func:`static_problems`): missing question or answer, multiple choice without options, the wrong
-  number of options, empty or duplicate options, a gold answer that is not among the options, a numeric gold that
-  is not a number.
+- Static checks (:func:`static_problems`): missing question or answer, multiple choice (single or multi-answer)
+  without options, the wrong number of options, empty or duplicate options, a gold answer that is not among the
+  options (for multi-answer: an empty key set or a letter that is not an option), a numeric gold that is not a
+  number, a structured gold that is not a JSON array or object.
 - Dynamic checks (:func:`dynamic_flags`), on ALL of an item's graded answers (every answerer, every rollout):
   fewer than ``min_answers`` gradable answers; every strong model fails; strong models disagree (different final
   answers); more than ``ceiling`` or fewer than ``floor`` of the answers correct. A flagged item goes to the judge.
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from benchfill.data import Item
-from benchfill.models.grading import _gold_letters, normalize_short, parse_number
+from benchfill.models.grading import _gold_letters, normalize_short, parse_number, parse_structured
 
 if TYPE_CHECKING:  # pragma: no cover
     from benchfill.designers.generate import DesignedItem
@@ -50,7 +51,7 @@ def static_problems(rec: "DesignedItem", n_options: int, declared_format: str = 
         problems.append("missing question" if not rec.question.strip() else "question too short")
     if not rec.answer.strip():
         problems.append("missing answer")
-    if rec.format == "mcq" or declared_format == "mcq":
+    if rec.format in ("mcq", "mcq_multi") or declared_format in ("mcq", "mcq_multi"):
         choices = rec.choices or []
         if not choices:
             problems.append("multiple choice without options")
@@ -69,6 +70,8 @@ def static_problems(rec: "DesignedItem", n_options: int, declared_format: str = 
                     problems.append("gold answer not among the options")
     elif rec.format == "numeric" and rec.answer.strip() and parse_number(rec.answer) is None:
         problems.append("numeric answer is not a number")
+    elif rec.format == "structured" and rec.answer.strip() and parse_structured(rec.answer) is None:
+        problems.append("structured answer is not a JSON array or object")
     return problems
 
 
