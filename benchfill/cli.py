@@ -150,7 +150,7 @@ def diagnose(
     dg.save(files_json, png, n_gaps=top_gaps, write_json=not is_stdout(json_out))
     if is_stdout(json_out):  # the JSON goes to stdout; the picture and the scale stay in the folder
         dg.files["json"] = "-"
-        write_json_result("-", dg.model_dump_json(indent=2) + "\n")
+        write_json_result("-", dg)
     out.print(diagnosis_tables(dg, n_gaps=top_gaps))
     what = f"{png}, {scale_path}" if is_stdout(json_out) else f"{files_json}, {png}, {scale_path}"
     out.print(f"wrote {what}" + (" (overwrote the earlier diagnosis)" if overwrote else ""), markup=False,
@@ -194,7 +194,7 @@ def suite(
     summary_path = result.save(out)
     con.print(suite_table([(r.benchmark, r.diagnosis) for r in result.benchmarks],
                           f"{responses.name}: {resp.shape[0]} models, {len(result.benchmarks)} benchmarks"))
-    write_json_result(json_out, result.summary().model_dump(mode="json", by_alias=True), note=con)
+    write_json_result(json_out, result.summary(), note=con)
     con.print(f"wrote {summary_path} and one folder per benchmark", markup=False, highlight=False)
 
 
@@ -226,7 +226,7 @@ def calibrate(
     if out:
         atomic_write_text(out, "".join(f"{i}\n" for i in result.item_ids or ()))
         con.print(f"wrote {out}", markup=False, highlight=False)
-    write_json_result(json_out, result.model_dump_json(indent=2) + "\n", note=con)
+    write_json_result(json_out, result, note=con)
 
 
 # ---- fill / trace / review / export ----------------------------------------------------------------------
@@ -281,7 +281,7 @@ def fill(
     finally:
         run.close()
     con.print(fill_summary_table(summary.model_dump()))
-    write_json_result(json_out, summary.model_dump_json(indent=2) + "\n", note=con)
+    write_json_result(json_out, summary, note=con)
     con.print(f"wrote {out / 'summary.json'} and {out / 'report.html'}; inspect a gap with: benchfill trace {out} "
               f"--gap 1, or open the report (benchfill view {out})", markup=False, highlight=False, soft_wrap=True)
 
@@ -302,7 +302,7 @@ def trace(
 
     data = api.trace(run_dir, gap=gap, method=method)
     if json_out is not None:
-        write_json_result(json_out, data.model_dump_json(indent=2) + "\n")
+        write_json_result(json_out, data)
     else:
         console.print(trace_tree(data.root, full=full))
 
@@ -334,11 +334,11 @@ def review(
     if show:
         item = api.review_item(run_dir, show)
         out.print(review_detail(item.root))
-        write_json_result(json_out, item.model_dump_json(indent=2) + "\n", note=out)
+        write_json_result(json_out, item, note=out)
         return
     queue = api.review_queue(run_dir)
     out.print(review_table(queue.queue))
-    write_json_result(json_out, queue.model_dump_json(indent=2) + "\n", note=out)
+    write_json_result(json_out, queue, note=out)
 
 
 @app.command()
@@ -384,7 +384,7 @@ def export(
     con.print(f"wrote {out}: {res.original} original + {res.added} new item(s)", markup=False, highlight=False)
     if hf is not None:
         con.print(f"wrote Hugging Face dataset to {hf}", markup=False, highlight=False)
-    write_json_result(json_out, res.model_dump_json(indent=2) + "\n", note=con)
+    write_json_result(json_out, res, note=con)
 
 
 def _open_bank(run_dir: Path):
@@ -437,7 +437,7 @@ def detect(
     verdict = "[green]yes[/]" if res.significant else "[yellow]no[/]"
     table.add_row(f"B better at alpha={res.alpha:g}", verdict)
     con.print(table)
-    write_json_result(json_out, res.model_dump_json(indent=2) + "\n", note=con)
+    write_json_result(json_out, res, note=con)
 
 
 # ---- evaluate ---------------------------------------------------------------------------------------------
@@ -475,7 +475,7 @@ def evaluate(
     print_summary(con, result.model_copy(update={
         "first_errors": [escape(e) for e in result.first_errors],
         "items_without_gradable_answer": [escape(i) for i in result.items_without_gradable_answer]}))
-    write_json_result(json_out, result.model_dump_json(indent=2) + "\n", note=con)
+    write_json_result(json_out, result, note=con)
 
 
 # ---- place ------------------------------------------------------------------------------------------------
@@ -510,7 +510,7 @@ def place(
         table.add_row(lit(rec.item_id), f"{rec.b:.3f}", f"{rec.b_sd:.3f}", d_txt, f"{rec.d_sd:.3f}")
     con = result_console(json_out)
     con.print(table)
-    write_json_result(json_out, placed.model_dump_json(indent=2) + "\n", note=con)
+    write_json_result(json_out, placed, note=con)
 
 
 # ---- import (other harnesses' eval logs) ------------------------------------------------------------------
@@ -543,7 +543,7 @@ def import_(
     elif res.items_out is not None:
         con.print(f"wrote {items_out}: {res.n_item_texts} of {res.n_items} items (those whose question and answer "
                   "the logs carry)", markup=False, highlight=False, soft_wrap=True)
-    write_json_result(json_out, res.model_dump_json(indent=2) + "\n", note=con)
+    write_json_result(json_out, res, note=con)
 
 
 # ---- designers (BenchBench: card / run / rewriters) -------------------------------------------------------

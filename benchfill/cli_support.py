@@ -93,14 +93,21 @@ def result_console(json_out: Any) -> Console:
 
 
 def write_json_result(json_out: Path | str | None, obj: Any, *, note: Console | None = None) -> None:
-    """``--json PATH|-``: write ``obj`` (JSON) to PATH (parents created) or to stdout; say where (stderr for '-')."""
-    import json
+    """``--json PATH|-``: write a result to PATH (parents created) or to stdout; say where (stderr for '-').
+    ``obj`` is the command's pydantic result, written as its ``model_dump_json(indent=2, by_alias=True)`` (the one
+    serialisation), or JSON text already made."""
+    from pydantic import BaseModel
 
     from benchfill.io import atomic_write_text
 
     if json_out is None:
         return
-    text = obj if isinstance(obj, str) else json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n"
+    if isinstance(obj, BaseModel):
+        text = obj.model_dump_json(indent=2, by_alias=True) + "\n"
+    elif isinstance(obj, str):
+        text = obj
+    else:
+        raise TypeError(f"--json writes a pydantic result or JSON text, not {type(obj).__name__}")
     try:
         atomic_write_text(Path(str(json_out)), text)
     except OSError as exc:
