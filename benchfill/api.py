@@ -458,6 +458,8 @@ def vote(run_dir: str | Path, item_id: str, decision: str, reviewer: str, note: 
 class GapFill(BaseModel):
     """One gap of a fill run: where it lies, whether it was filled, by which item and how close to the target."""
 
+    model_config = ConfigDict(extra="allow")  # a field the run adds later is kept, not dropped
+
     gap: int
     lo: float | None = None
     hi: float | None = None
@@ -476,6 +478,8 @@ class GapFill(BaseModel):
 class MethodFill(BaseModel):
     """One method's gaps (BenchFill, or the budget-matched baseline) and their totals."""
 
+    model_config = ConfigDict(extra="allow")  # a field the run adds later is kept, not dropped
+
     gaps: list[GapFill]
     filled: int
     top3_reduction: float | None
@@ -485,6 +489,8 @@ class MethodFill(BaseModel):
 
 
 class OracleFill(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
     inserted: list[float]
     top3_reduction: float | None
 
@@ -492,6 +498,8 @@ class OracleFill(BaseModel):
 class FillSummary(BaseModel):
     """What a fill run did (``summary.json``; ``benchfill fill --json``): per method its gaps, the Top-3 gap-sum
     reduction, and the oracle's. ``label`` says SIMULATED when the models were simulated."""
+
+    model_config = ConfigDict(extra="allow")
 
     label: str | None = None
     simulated: bool

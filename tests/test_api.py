@@ -159,6 +159,12 @@ def test_result_types_are_pydantic_with_their_json_field_names():
                           accuracy={"m": 1.0}, failure_errors=["x"])
     dumped = json.loads(ev.model_dump_json())
     assert list(dumped)[0] == "label" and "SIMULATED" in dumped["label"] and "failure_errors" not in dumped
+    fs = bf.FillSummary.model_validate({"simulated": False, "n_items": 3, "top3_before": 0.5, "oracle": {
+        "inserted": [0.5], "top3_reduction": 0.2}, "methods": {"benchfill": {
+            "gaps": [{"gap": 1, "status": "filled", "prescreen": 2}], "filled": 1, "top3_reduction": 0.1,
+            "mean_deviation": 0.01, "candidates": 4, "cost": 0.0}}, "added_later": True})
+    assert fs.methods["benchfill"].gaps[0].status == "filled"
+    assert fs.model_dump()["added_later"] and fs.model_dump()["methods"]["benchfill"]["gaps"][0]["prescreen"] == 2
 
 
 def test_import_logs_from_python_equals_the_cli_json(tmp_path):
