@@ -12,8 +12,9 @@ One call = (model config, messages, sample index). The client
    cache before returning — or, when it finally fails, logs the failure and returns it in ``CallResult.error``.
 
 Rollout ``k`` of ``n`` is its own cache key and is sent ``seed = cfg.seed + k`` where the provider takes a seed.
-Two identical calls in flight at once are made once. :meth:`ModelClient.complete_json` adds a bounded number of
-re-asks when a structured (JSON) answer does not parse or fails the caller's validator.
+Two identical calls in flight at once are made once. :meth:`ModelClient.complete_json` asks for its JSON with a
+``response_format`` (the JSON schema of the reply's pydantic model) where the provider accepts one, and adds a
+bounded number of re-asks when a reply does not parse or fails the caller's validator.
 
 Later stages (the BenchFill search's rewriter, judge and panel labelling; designer evaluation) use the same three
 methods: :meth:`~ModelClient.complete`, :meth:`~ModelClient.complete_json` and
@@ -269,6 +270,44 @@ REASK = (
 )
 
 
+# ----------------------------------------------------------------------------------------------- structured output
+#
+# A JSON reply is asked for with a ``response_format`` carrying the JSON schema of its pydantic model, in the first
+# wire form the provider accepts: ``json_schema`` (OpenAI, vLLM's guided decoding, the llama.cpp C++ server; litellm
+# translates it for providers with their own form), else ``json_object`` with a ``schema`` (llama-cpp-python's
+# server, which constrains decoding with a grammar built from the schema), else none (today's parse-and-re-ask).
+# A form the provider refuses (a 4xx naming it) is remembered per model for the client's life and never sent again.
+
+SCHEMA_FORMS = ("json_schema", "json_object")
+_FORMAT_WORDS = re.compile(r"response_format|json_schema|json_object|guided_json|grammar", re.IGNORECASE)
+
+
+def response_format(schema: Any, form: str = "json_schema") -> dict[str, Any]:
+    """The ``response_format`` that asks for JSON matching ``schema`` (a pydantic model class) in wire form
+    ``form`` (one of :data:`SCHEMA_FORMS`)."""
+    body = schema.model_json_schema()
+    if form == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": schema.__name__, "schema": body}}
+    if form == "json_object":
+        return {"type": "json_object", "schema": body}
+    raise ValueError(f"unknown response_format form {form!r} (one of {', '.join(SCHEMA_FORMS)})")
+
+
+def is_model_class(obj: Any) -> bool:
+    """A pydantic model class (its JSON schema can be sent as ``response_format``)."""
+    return isinstance(obj, type) and callable(getattr(obj, "model_json_schema", None))
+
+
+class FormatRefused(Exception):
+    """The provider refused the call's ``response_format`` (a final 4xx that names it): the caller asks again in
+    the next form, or without one. Raised by :meth:`ModelClient.complete` only for calls that carry one."""
+
+
+def refuses_format(exc: BaseException) -> bool:
+    """A final (non-retryable) error that is about the requested ``response_format``."""
+    return not is_retryable(exc) and _FORMAT_WORDS.search(str(exc)) is not None
+
+
 # ----------------------------------------------------------------------------------------------- the client
 
 
@@ -283,6 +322,7 @@ class _Spec:
     semaphore: asyncio.Semaphore | None
     call: Callable[[list[dict[str, Any]], dict[str, Any]], Awaitable[Any]] | None
     secrets: list[str]
+    structured: bool = False  # the provider takes a response_format (litellm's list of supported parameters)
 
     def key_params(self, sample_index: int, extra: Mapping[str, Any] | None) -> dict[str, Any]:
         params = dict(self.sampling)
@@ -301,13 +341,18 @@ class ModelClient:
         sim: the simulated world that answers ``sim/...`` models.
         vllm: the in-process vLLM backend for ``vllm/...`` models (created on first use when None).
         on_result: called with every :class:`CallResult` (progress bars).
+        structured_output: ask for JSON replies with a ``response_format`` (their schema) where the provider takes
+            one (False: parse-and-re-ask only, e.g. to measure what the schema buys).
 
     Use from one event loop. Each call is committed to the cache before ``complete`` returns.
     """
 
     def __init__(self, cache: CallCache | str | Path, *, sim: "SimWorld | None" = None,
-                 vllm: "VLLMBackend | None" = None, on_result: Callable[[CallResult], None] | None = None) -> None:
+                 vllm: "VLLMBackend | None" = None, on_result: Callable[[CallResult], None] | None = None,
+                 structured_output: bool = True) -> None:
         self.cache = cache if isinstance(cache, CallCache) else CallCache(cache)
+        self.structured_output = structured_output
+        self._refused_forms: dict[tuple[str, tuple[str, ...]], set[str]] = {}
         self.sim = sim
         self._vllm = vllm
         self.on_result = on_result
@@ -373,7 +418,8 @@ class ModelClient:
             async def call(messages: list[dict[str, Any]], params: dict[str, Any]) -> Any:
                 return await litellm.acompletion(model=cfg.model, messages=messages, **params)
 
-        return _Spec(cfg, sampling, send, "seed" in supported, semaphore, call, secrets)
+        return _Spec(cfg, sampling, send, "seed" in supported, semaphore, call, secrets,
+                     structured="response_format" in supported)
 
     @property
     def vllm(self) -> "VLLMBackend":
@@ -402,7 +448,8 @@ class ModelClient:
         """One chat call (rollout ``sample_index``), from the cache when it was made before.
 
         ``params`` adds per-call parameters (e.g. ``response_format``); they enter the cache key. ``item`` is
-        passed to the simulated world only (it never enters the key). Failures come back in ``.error``.
+        passed to the simulated world only (it never enters the key). Failures come back in ``.error``, except a
+        refused ``response_format``: :class:`FormatRefused` (see :meth:`complete_structured`).
         """
         spec = self._spec(cfg)
         key_params = spec.key_params(sample_index, params)
@@ -505,6 +552,10 @@ class ModelClient:
             except Exception as exc:  # recorded and returned, never dropped
                 error = _describe(exc, spec.secrets)
                 latency = time.perf_counter() - t0
+                if "response_format" in params and refuses_format(exc):  # the caller asks again in another form
+                    log(key, model=cfg.model, role=role, sample_index=sample_index, attempt=attempts,
+                        outcome="refused", error=error, latency_s=latency)
+                    raise FormatRefused(error) from None
                 log(key, model=cfg.model, role=role, sample_index=sample_index, attempt=attempts, outcome="error",
                     error=error, latency_s=latency)
                 return CallResult(None, 0, 0, 0.0, latency, False, error, key, cfg.model, role, sample_index, attempts,
@@ -520,17 +571,49 @@ class ModelClient:
         return CallResult(text, tokens_in, tokens_out, cost, latency, False, None, key, cfg.model, role, sample_index,
                           attempts, finish_reason=finish)
 
+    def schema_forms(self, cfg: ModelConfig, schema: Any) -> list[str | None]:
+        """The ``response_format`` forms to try for a reply of model ``schema``, in order; None: no format."""
+        if schema is None or not self.structured_output or not self._spec(cfg).structured:
+            return [None]
+        refused = self._refused_forms.get((cfg.model, tuple(cfg.endpoints())), set())
+        return [form for form in SCHEMA_FORMS if form not in refused] + [None]
+
+    async def complete_structured(self, cfg: ModelConfig, messages: Messages, schema: Any = None, *,
+                                  sample_index: int = 0, role: str = "judge", item: "Item | None" = None,
+                                  params: Mapping[str, Any] | None = None) -> CallResult:
+        """:meth:`complete` asking for JSON that matches ``schema`` (a pydantic model class) through
+        ``response_format``, in the first form (:data:`SCHEMA_FORMS`) the model accepts; a refused form is
+        remembered for the model and the call is made again in the next form, at last without one. Each form is
+        its own cache key (the format is part of the request)."""
+        forms = self.schema_forms(cfg, schema)
+        for form in forms:
+            extra = dict(params or {})
+            if form is not None:
+                extra["response_format"] = response_format(schema, form)
+            try:
+                return await self.complete(cfg, messages, sample_index=sample_index, role=role, item=item,
+                                           params=extra or None)
+            except FormatRefused:
+                self._refused_forms.setdefault((cfg.model, tuple(cfg.endpoints())), set()).add(str(form))
+        raise AssertionError("unreachable: the last form (none) is never refused")  # pragma: no cover
+
     async def complete_json(self, cfg: ModelConfig, messages: Messages, validator: Any = None, *,
                             sample_index: int = 0, role: str = "judge", max_reasks: int = 2,
-                            item: "Item | None" = None, params: Mapping[str, Any] | None = None) -> CallResult:
+                            item: "Item | None" = None, params: Mapping[str, Any] | None = None,
+                            schema: Any = None) -> CallResult:
         """A call whose reply must be JSON accepted by ``validator`` (a callable that returns the value or raises
-        ValueError, or a pydantic model class). A rejected reply is re-asked — the conversation plus the reply and
-        the reason — at most ``max_reasks`` times; ``.parsed`` holds the value, ``.error`` says why there is none.
-        Every re-ask is a cached call of its own, so a resumed run replays the same conversation."""
+        ValueError, or a pydantic model class). ``schema`` (a pydantic model class; default: ``validator`` when it
+        is one) is sent as ``response_format`` where the provider takes it (:meth:`complete_structured`). A
+        rejected reply is re-asked — the conversation plus the reply and the reason — at most ``max_reasks``
+        times; ``.parsed`` holds the value, ``.error`` says why there is none. Every re-ask is a cached call of
+        its own, so a resumed run replays the same conversation."""
+        if schema is None and is_model_class(validator):
+            schema = validator
         convo = [dict(m) for m in messages]
         result = CallResult(None, error="no call made")
         for round_ in range(max_reasks + 1):
-            result = await self.complete(cfg, convo, sample_index=sample_index, role=role, item=item, params=params)
+            result = await self.complete_structured(cfg, convo, schema, sample_index=sample_index, role=role,
+                                                    item=item, params=params)
             if not result.ok:
                 return result
             try:

@@ -30,6 +30,8 @@ import unicodedata
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import BaseModel, Field
+
 from benchfill.data import Item
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -691,6 +693,15 @@ def grade(item: Item, response: str | None, finish_reason: str | None = None) ->
     return _skip("judge", "open answer needs a grader model (none configured)")
 
 
+class JudgeReply(BaseModel):
+    """The grader's reply (prompts/grade_judge.txt): its JSON schema is the call's ``response_format``; the reply
+    itself is read by the more lenient :func:`_judge_validator` (any case of the label, the score optional)."""
+
+    label: Literal["correct", "incorrect"]
+    score: float = Field(ge=0.0, le=1.0)
+    reason: str = ""
+
+
 def _judge_validator(obj: Any) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise ValueError("expected a JSON object")
@@ -750,6 +761,7 @@ class Grader:
         messages = grade_judge_messages(item, text, library=self.prompts)
         result = await self.client.complete_json(
             self.judge, messages, _judge_validator, sample_index=0, role="grader", max_reasks=self.max_reasks,
+            schema=JudgeReply,
         )
         if not result.ok or result.parsed is None:
             return _skip("judge", f"judge failed: {result.error}")
