@@ -27,10 +27,15 @@ The rule (all on the normalised axis d; target t; interval I_i = d_i +- z sd_i, 
   current posterior, E_b[I_j(b)] with b ~ N(mean, sd) (Gauss-Hermite), I_j(b) = ((1-c) s (1-s))^2 / (P (1-P)),
   s = sigmoid(theta_j - b), P = c + (1 - c) s, theta_j the posterior-mean ability; one answer per model per step
   unless fewer models have answers left. A model may answer one child up to ``adaptive_rollout_factor`` x its
-  rollouts times (the child never more than the full panel's answers in all), so the child nearest the target gets
-  its full panel's worth of answers from the models that place it best. A model's k-th answer to a child is rollout
-  k (sample index k): no (child, model, rollout) is ever asked twice, and rollouts below the model's ``rollouts``
-  are the very calls full labelling would make (the same cache key).
+  rollouts times (the child never more than the full panel's answers in all). With the default 1 every call adaptive
+  labelling makes is one full labelling would make; with 2 the child nearest the target gets its full panel's worth
+  of answers from the models that place it best (a tighter interval, but the search's stop rule, an ESTIMATE within
+  the tolerance, then fires less often and a gap takes more rounds: README, adaptive labelling). A model's k-th
+  answer to a child is rollout k (sample index k): no (child, model, rollout) is ever asked twice, and rollouts
+  below the model's ``rollouts`` are the very calls full labelling would make (the same cache key);
+- the optional text pre-screen (``[fill] prescreen``, :mod:`benchfill.graphs.prescreen`) orders the work: children
+  are screened in waves of ceil(K / 2), the predicted nearest to t first, and a child's first answers come from the
+  models most informative at its predicted b; the placement, and so every stop and drop, reads the answers alone.
 
 Every decision is a pure function of the answers received so far (ties broken by index), so a node re-run after a
 crash, whose answers come from the call cache, takes the same decisions and makes no call twice.
@@ -112,8 +117,18 @@ class AdaptiveResult:
         return self.asked.sum(1)
 
 
+def screening_order(predicted_b: np.ndarray | None, scale: Scale, target: float, n_children: int) -> list[int]:
+    """The order in which children are screened: by the pre-screen's predicted |d - t| (ties: index), or index
+    order without a pre-screen."""
+    if predicted_b is None:
+        return list(range(n_children))
+    dist = np.abs(scale.normalise(np.asarray(predicted_b, float)) - target)
+    return sorted(range(n_children), key=lambda i: (float(dist[i]), i))
+
+
 def adaptive_label(scale: Scale, target: float, caps: Sequence[int], n_children: int, ask: Ask,
-                   params: FillParams, incumbent_u: float = np.inf) -> AdaptiveResult:
+                   params: FillParams, incumbent_u: float = np.inf, predicted_b: np.ndarray | None = None,
+                   predicted_sd: float = 1.0) -> AdaptiveResult:
     """Label ``n_children`` children of one round adaptively (the rule in the module docstring).
 
     Args:
@@ -123,6 +138,11 @@ def adaptive_label(scale: Scale, target: float, caps: Sequence[int], n_children:
             model may answer one child up to ``adaptive_rollout_factor`` x its rollouts times.
         ask: answers a batch; called once per step with every (child, model, rollout) of the step.
         incumbent_u: the smallest U of the gap's children placed in earlier rounds (inf if none).
+        predicted_b, predicted_sd: the text pre-screen's predicted b of each child (logits) and its error SD
+            (:mod:`benchfill.graphs.prescreen`), or None. It orders the work only: children are screened in waves
+            of ceil(K / 2), the predicted nearest to t first, and a child with no answer yet gets the models most
+            informative at N(predicted b, predicted_sd) instead of the N(0, 1) prior; the placement (and so every
+            stop and drop) uses the answers alone.
     """
     J = len(scale.models)
     K = n_children
@@ -137,6 +157,8 @@ def adaptive_label(scale: Scale, target: float, caps: Sequence[int], n_children:
     budget = int(np.ceil(params.adaptive_budget * K * cap_total))
     notes = [""] * K
     steps: list[dict] = []
+    order = screening_order(predicted_b, scale, target, K)
+    wave = K if predicted_b is None else max(1, -(-K // 2))
     while True:
         placed = place_items(scale, k, n)
         d, d_sd, b, b_sd = placed.d, placed.d_sd, placed.b_mean, placed.b_sd
@@ -158,7 +180,7 @@ def adaptive_label(scale: Scale, target: float, caps: Sequence[int], n_children:
         open_ = [i for i in range(K) if status[i] == "open"]
         if not open_:
             break
-        screening = [i for i in open_ if not screened[i]]
+        screening = [i for i in order if status[i] == "open" and not screened[i]][:wave]
         spent = int(asked.sum())
         if screening:
             chosen = screening
@@ -179,7 +201,10 @@ def adaptive_label(scale: Scale, target: float, caps: Sequence[int], n_children:
         plan: list[tuple[int, int, int]] = []
         for i in chosen:
             size = batch if not screening else min(batch, max(1, min_answers - int(answers[i])))
-            info = expected_information(theta, float(b[i]), float(b_sd[i]), scale.guessing)
+            if predicted_b is not None and answers[i] == 0:  # the pre-screen designs a child's first answers
+                info = expected_information(theta, float(predicted_b[i]), predicted_sd, scale.guessing)
+            else:
+                info = expected_information(theta, float(b[i]), float(b_sd[i]), scale.guessing)
             size = min(size, cap_total - int(asked[i].sum()))
             for j in pick_models(info, caps_arr - asked[i], size):
                 plan.append((i, j, int(asked[i, j])))

@@ -36,6 +36,7 @@ from pydantic import BaseModel, Field
 
 from benchfill.data import Item
 from benchfill.graphs.adaptive import adaptive_label
+from benchfill.graphs.prescreen import TextPrior
 from benchfill.graphs.policy import (
     SearchParams,
     propose_gaps,
@@ -94,6 +95,7 @@ class FillContext:
     client: SyncModelClient
     prompts: PromptLibrary
     label_dir: Path
+    prescreen: TextPrior | None = None  # [fill] prescreen: predicted b of a child's text (orders adaptive labelling)
     usage: dict[str, float] = field(default_factory=lambda: {"calls": 0, "cached": 0, "tokens": 0, "cost": 0.0})
 
     def __post_init__(self) -> None:
@@ -375,8 +377,10 @@ def _label_adaptive(ctx: FillContext, state: FillState, cands: list[dict[str, An
     for c in ctx.bank.candidates(state.method, state.gap_index):
         if c["round"] < state.round and c["status"] in ("placed", "chosen") and c["d"] is not None:
             incumbent = min(incumbent, abs(c["d"] - state.target) + z * (c["d_sd"] or 0.0))
+    predicted = None if ctx.prescreen is None else ctx.prescreen.predict_items(items)
     result = adaptive_label(ctx.scale, state.target, [m.rollouts for m in models], len(items), ask, ctx.params,
-                            incumbent_u=incumbent)
+                            incumbent_u=incumbent, predicted_b=predicted,
+                            predicted_sd=1.0 if ctx.prescreen is None else ctx.prescreen.loo_rmse)
     from benchfill.io import atomic_write_json
 
     out = ctx.label_dir / f"{state.method}-g{state.gap_index}-r{state.round}"
@@ -384,13 +388,15 @@ def _label_adaptive(ctx: FillContext, state: FillState, cands: list[dict[str, An
     atomic_write_json(out / "adaptive.json", {
         "children": [it.id for it in items], "models": list(ctx.scale.models), "status": result.status,
         "notes": result.notes, "answers": [int(a) for a in result.answers],
+        "prescreen_d": None if predicted is None else [float(x) for x in ctx.scale.normalise(predicted)],
         "steps": [{"open": s["open"], "window": s["window"], "batch": [list(x) for x in s["batch"]]}
                   for s in result.steps]})
     for i, c in enumerate(cands):
         counts = {m: [int(result.n_correct[i, j]), int(result.n_trials[i, j])]
                   for j, m in enumerate(ctx.scale.models) if result.asked[i, j] > 0}
         ctx.bank.update_candidate(c["id"], counts=counts, status="labelled", answers=int(result.answers[i]),
-                                  labelling=result.status[i], label_note=result.notes[i])
+                                  labelling=result.status[i], label_note=result.notes[i],
+                                  prescreen_d=None if predicted is None else float(ctx.scale.normalise(predicted[i])))
 
 
 def _tracked(name: str, fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:

@@ -107,6 +107,8 @@ def trace_tree(data: dict[str, Any], full: bool = False) -> Tree:
                     line.append(f"  panel {k}/{n}")
                 if c.get("labelling"):
                     line.append(f"  adaptive: {c['labelling']} ({c.get('label_note') or ''})")
+                if c.get("prescreen_d") is not None:
+                    line.append(f"  pre-screen d = {c['prescreen_d']:.3f}")
                 if c["verdict"] and not c["valid"]:
                     line.append(f"  judge: {str(c['verdict'].get('reason', ''))[:60]}")
                 if c["error"]:

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from benchfill.data import Item, load_panel
 from benchfill.diagnostics.report import Diagnosis, diagnose
 from benchfill.errors import InputError
+from benchfill.graphs import prescreen
 from benchfill.graphs.fill import FillContext, FillState, run_search
 from benchfill.graphs.policy import SearchParams, oracle_insertions, top_k_reduction
 from benchfill.io import atomic_write_json, atomic_write_text
@@ -122,6 +123,7 @@ class FillRun:
         validate_config(config, need=need)
         self.config = config
         self.params = search_params(config)
+        prescreen.require(self.params.prescreen, str(config.source or opts.config))
         PromptLibrary.from_config(config)
         if opts.n_gaps < 1:
             raise InputError(str(opts.config), f"--gaps {opts.n_gaps}: must be at least 1")
@@ -176,8 +178,11 @@ class FillRun:
             items=self.items, d=self.d, scale=self.scale, config=config, panel=self.panel, params=self.params,
             bank=self.bank, client=self.client, prompts=PromptLibrary.from_config(config),
             label_dir=self.out / "labels",
+            prescreen=prescreen.for_run(self.params.prescreen, self.items, self.scale.b_mean, opts.seed),
         )
         self.bank.set_meta(panel=[m.label for m in self.panel])  # an upsert: the same on every start
+        if self.ctx.prescreen is not None:
+            self.bank.set_meta(prescreen=prescreen.record(self.ctx.prescreen).model_dump())
 
     @property
     def simulated(self) -> bool:
@@ -266,7 +271,7 @@ def summarise(bank: MemoryBank, d: np.ndarray, n_gaps: int, simulated: bool, dia
 def simulated_gap_figures(out: str | Path) -> list[dict[str, Any]]:
     """Per filled BenchFill gap of a SIMULATED run folder: panel calls, the chosen child's TRUE |d - t| (its latent
     b in the simulated world, normalised with the benchmark's scale), the estimated |d - t| and the posterior SD of
-    d. For benchmarks of the search itself (the truth is known only in simulation)."""
+    d, and the rounds used. For benchmarks of the search itself (the truth is known only in simulation)."""
     import sqlite3
 
     from benchfill.models.sim import latent_from_text
@@ -276,14 +281,15 @@ def simulated_gap_figures(out: str | Path) -> list[dict[str, Any]]:
     con = sqlite3.connect(out / "memory.sqlite")
     try:
         rows = []
-        for gap, cid, t, d_sd, dev in con.execute(
-                "select gap, chosen, target, chosen_d_sd, deviation from gaps where method = 'benchfill' and "
+        for gap, cid, t, d_sd, dev, rounds in con.execute(
+                "select gap, chosen, target, chosen_d_sd, deviation, rounds from gaps where method = 'benchfill' and "
                 "status = 'filled' order by gap"):
             q = con.execute("select question from candidates where id = ?", [cid]).fetchone()[0]
             true_d = float(sc.normalise(np.array([latent_from_text(q)]))[0])
             calls = con.execute("select coalesce(sum(calls), 0) from usage where method = 'benchfill' and node = "
                                 "'label' and gap = ?", [gap]).fetchone()[0]
-            rows.append({"gap": gap, "calls": calls, "true_dev": abs(true_d - t), "dev": dev, "sd": d_sd})
+            rows.append({"gap": gap, "calls": calls, "true_dev": abs(true_d - t), "dev": dev, "sd": d_sd,
+                         "rounds": rounds})
         return rows
     finally:
         con.close()

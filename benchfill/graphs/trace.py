@@ -38,6 +38,7 @@ def gap_trace(bank: MemoryBank, method: str, gap: int) -> dict[str, Any]:
                 "b": c["b"], "b_sd": c["b_sd"], "d": c["d"], "d_sd": c["d_sd"], "deviation": c["deviation"],
                 "error": c["error"] or None, "rewriter": c["rewriter"], "judge": c["judge"] or None,
                 "answers": c.get("answers"), "labelling": c.get("labelling"), "label_note": c.get("label_note"),
+                "prescreen_d": c.get("prescreen_d"),
             } for c in kids],
             "usage": usage.get(r, {"calls": 0, "tokens": 0, "cost": 0.0}),
         })

@@ -191,7 +191,18 @@ class FillParams(BaseModel):
     adaptive_z: float = Field(default=1.645, gt=0, le=10)  # interval = mean +- z SD (1.645: 90 %)
     adaptive_precision: float = Field(default=0.02, ge=0, le=1)  # stop a child whose z SD on d is <= this
     adaptive_budget: float = Field(default=0.5, gt=0, le=1)  # a round's answers, share of full labelling's
-    adaptive_rollout_factor: int = Field(default=2, ge=1, le=100)  # a model answers a child <= this x its rollouts
+    # a model answers a child <= this x its rollouts; 1: adaptive asks a subset of full labelling's calls
+    adaptive_rollout_factor: int = Field(default=1, ge=1, le=100)
+    # text pre-screen (adaptive only; benchfill/graphs/prescreen.py): a ridge on the benchmark's own items' texts and
+    # b predicts each child's b; it orders the screening and picks a child's first models, never its placement.
+    # "hash": hashed n-grams (no extra dependency); "minilm": sentence embeddings (pip install 'benchfill[prescreen]')
+    prescreen: Literal["off", "hash", "minilm"] = "off"
+
+    @model_validator(mode="after")
+    def _prescreen_needs_adaptive(self) -> "FillParams":
+        if self.prescreen != "off" and self.labelling != "adaptive":
+            raise ValueError('prescreen: orders adaptive labelling; set labelling = "adaptive" or prescreen = "off"')
+        return self
 
     @property
     def children_per_round(self) -> int:
