@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, SkipValidation
 
@@ -25,7 +25,9 @@ from benchfill.diagnostics.calibrate import CalibrationResult
 from benchfill.diagnostics.detect import DetectionResult
 from benchfill.diagnostics.report import Diagnosis
 from benchfill.irt.placement import PlacedItem
-from benchfill.models.evaluate import EvaluationResult
+
+if TYPE_CHECKING:  # the LLM client stack (litellm, sqlite-utils) loads only for commands that call models
+    from benchfill.models.evaluate import EvaluationResult
 
 DEFAULT_SAMPLER = "fast"
 DIAGNOSIS_GAPS = 10  # gaps a diagnosis records, largest first (the CLI's --top-gaps shows 5 of them by default)

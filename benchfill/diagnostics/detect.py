@@ -26,7 +26,6 @@ from typing import Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
-from scipy import signal, stats
 
 from benchfill.data import ResponseMatrix, load_responses
 from benchfill.errors import InputError
@@ -183,6 +182,8 @@ def _stratum_groups(
 
     Returns one (weight, lowest possible sum, cdf without its last entry, observed sum) per group.
     """
+    from scipy import stats  # imported here: scipy.stats costs ~0.5 s, and every command imports this module
+
     keys = np.stack([good, bad, draw], axis=1)
     uniq, inverse, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
     inverse = inverse.reshape(-1)
@@ -200,6 +201,8 @@ def _stratum_groups(
 
 def _convolution_power(pmf: np.ndarray, m: int) -> np.ndarray:
     """The pmf of the sum of m i.i.d. copies (support shifted to start at 0), by repeated squaring."""
+    from scipy import signal  # imported here: scipy.signal costs ~1 s
+
     result: np.ndarray | None = None
     base = pmf
     while m:

@@ -78,10 +78,6 @@ class Gap(BaseModel):
     def width(self) -> float:
         return self.hi - self.lo
 
-    def as_dict(self) -> dict[str, float]:
-        """Deprecated: ``model_dump()``. Kept only while ``diagnostics/report.py`` still calls it."""
-        return self.model_dump()
-
 
 def gap_widths(d: np.ndarray) -> np.ndarray:
     """Successive differences of sorted d with 0 and 1 added: (..., n) -> (..., n + 1)."""

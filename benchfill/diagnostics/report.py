@@ -243,7 +243,7 @@ def theory_summary(d: np.ndarray, w1: float) -> dict[str, Any]:
             "power_inside_max_gap": theory.worst_case_power(mg, mg).power,
             "statement": "an improvement confined to an interval narrower than the max gap is undetectable in the "
             "worst case (power = alpha), whatever the rollouts",
-            "undetectable_intervals_wider_than_0.05": [g.as_dict() for g in holes[:10]],
+            "undetectable_intervals_wider_than_0.05": [g.model_dump() for g in holes[:10]],
         },
     }
 
@@ -365,8 +365,8 @@ def build_diagnosis(
         top5_sum_sd=sd["top5_sum"], posterior=posterior, null=null_out, resolution=resolution,
         uniform_median_max_gap=median_gap, uniform_baseline_ratio=plug_in["max_gap"] / median_gap,
         flags=flags, verdicts=verdicts, warnings=design_warnings(responses, resolution, verdicts, null_out),
-        gaps=[GapOut(**g.as_dict(), at_floor=gap_is_unfillable(g.lo, g.hi, attainable)) for g in M.gaps(d, top=top_gaps)],
-        checks=[CheckOut(**c.as_dict()) for c in checks],
+        gaps=[GapOut(**g.model_dump(), at_floor=gap_is_unfillable(g.lo, g.hi, attainable)) for g in M.gaps(d, top=top_gaps)],
+        checks=[CheckOut(**c.model_dump()) for c in checks],
         items=[ItemOut(item_id=i, b=float(bb), b_sd=float(sd), d=float(dd))
                for i, bb, sd, dd in zip(fit.item_ids, b, fit.b_sd, d)],
         models=[ModelOut(model=m, theta=float(t), theta_sd=float(sd), accuracy=float(a))

@@ -49,10 +49,6 @@ class Check(BaseModel):
     def _finite_or_null(self, value: float) -> float | None:
         return float(value) if np.isfinite(value) else None
 
-    def as_dict(self) -> dict[str, Any]:
-        """``model_dump()`` (kept for callers of the earlier name)."""
-        return self.model_dump()
-
 
 def check_r1_complete(responses: ResponseMatrix) -> Check:
     """R1: every (model, item) cell has valid counts (n_trials > 0, 0 <= n_correct <= n_trials)."""

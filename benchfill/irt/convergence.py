@@ -68,12 +68,14 @@ def _sorted_with_order(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 def _ppf_table(N: int) -> np.ndarray:
     """Normal scores of the Blom-backtransformed average ranks r = j / 2 (j = 0..2N+1):
-    Phi^-1((r - 3/8) / (N + 1/4)), as ArviZ's ``_z_scale`` (scipy.stats.norm.ppf = -sqrt(2) erfcinv(2 q))."""
-    from scipy.special import erfcinv
+    Phi^-1((r - 3/8) / (N + 1/4)), as ArviZ's ``_z_scale`` (scipy.stats.norm.ppf)."""
+    from statistics import NormalDist  # Wichura's AS 241, ~1e-16 relative: scipy.special's import costs ~0.3 s
 
-    r = np.arange(2 * N + 2) / 2.0
-    with np.errstate(all="ignore"):
-        return -np.sqrt(2) * erfcinv(2 * ((r - 3.0 / 8.0) / (N - 2 * (3.0 / 8.0) + 1)))
+    q = (np.arange(2 * N + 2) / 2.0 - 3.0 / 8.0) / (N - 2 * (3.0 / 8.0) + 1)
+    inv = NormalDist().inv_cdf
+    # outside (0, 1) (indices no rank reaches) scipy gives -inf / +inf / NaN; keep that
+    return np.array([inv(v) if 0.0 < v < 1.0 else (-np.inf if v == 0.0 else np.inf if v == 1.0 else np.nan)
+                     for v in q.tolist()])
 
 
 def z_scale(v: np.ndarray, table: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
