@@ -652,9 +652,11 @@ def build_blocks(keys: ItemKeys, win: KeyWindows, margins: MarginFn, track: bool
             # keys with their own count rows or guessing need per-key lattice rows; gathering windows out of
             # them costs more than summing the whole (short) lattice (measured ~20 % slower at width = 0.4 L)
             dense = cval > 0 or not np.all(keys.n[g] == keys.n[g][:1])
+            # the compiled kernels read windows straight off the lattice: there windows pay whenever narrower
+            windows_pay = for_draws or use_kernels(CHECK_DRAWS * len(g) * width)
             for s in range(0, len(g), per):
                 part = slice(s, s + per)
-                full = width >= (0.9 if for_draws else 0.35 if dense else 0.8) * n_nodes
+                full = width >= (0.9 if windows_pay else 0.35 if dense else 0.8) * n_nodes
                 starts = None if full else sg["starts"][part]
                 blocks.append(make_block(keys, g[part], sg["lo"], sg["h"], n_nodes, starts, width,
                                          anchor=win.theta, wbar=sg["wbar"]))
