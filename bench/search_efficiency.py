@@ -117,6 +117,7 @@ def one_run(args: tuple) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     ap.add_argument("--adaptive", action="store_true", help="also run adaptive labelling (second table)")
@@ -124,7 +125,7 @@ def main() -> None:
                     help="also run adaptive labelling with this text pre-screen")
     ap.add_argument("--arms", nargs="*", default=[], help="more arms: adaptive[+F][@key=value,...]")
     ap.add_argument("--cv", nargs="*", default=[], choices=["hash", "minilm"],
-                    help="also print the pre-screen's 10-fold CV Spearman on each benchmark (its seed-0 scale)")
+                    help="also print the pre-screen's 10-fold CV Spearman on each benchmark (its first seed's scale)")
     ap.add_argument("--only", nargs="*", default=None, help="benchmarks to run (default: all)")
     ap.add_argument("--allow-floor-gaps", action="store_true", help="pass --allow-floor-gaps to fill")
     args = ap.parse_args()
@@ -138,7 +139,8 @@ def main() -> None:
             [f"adaptive+{args.prescreen}"] if args.prescreen else []) + list(args.arms)
         for labelling in arms:
             jobs += [(name, str(responses), str(items_path), seed, str(work), labelling,
-                      ("--allow-floor-gaps",) if args.allow_floor_gaps else ()) for seed in range(args.seeds)]
+                      ("--allow-floor-gaps",) if args.allow_floor_gaps else ())
+                     for seed in range(args.first_seed, args.first_seed + args.seeds)]
     start = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
         results = list(pool.map(one_run, jobs))
@@ -181,7 +183,7 @@ def main() -> None:
 
 
 def cv_table(jobs: list[tuple], work: Path, featurisers: list[str]) -> None:
-    """The text pre-screen's 10-fold CV Spearman against each benchmark's b (the scale of its seed-0 full run: 12
+    """The text pre-screen's 10-fold CV Spearman against each benchmark's b (the scale of its first full run: 12
     models; the b the fill's pre-screen is fitted on)."""
     from benchfill.data import load_items
     from benchfill.graphs.prescreen import cv_spearman, item_text
@@ -191,7 +193,7 @@ def cv_table(jobs: list[tuple], work: Path, featurisers: list[str]) -> None:
     print(f"{'benchmark':<10} {'featuriser':<10} {'items':>5} {'Spearman':>8} {'RMSE':>6} {'SD of b':>7} {'s':>5}")
     for name, _, items, seed, _, labelling, *_ in jobs:
         folder = work / f"{name}-{seed}-full"
-        if labelling != "full" or seed != 0 or not (folder / "diagnosis.scale.npz").exists():
+        if labelling != "full" or seed != jobs[0][3] or not (folder / "diagnosis.scale.npz").exists():
             continue
         sc = Scale.load(folder / "diagnosis.scale.npz")
         by_id = {it.id: it for it in load_items(items)}
@@ -209,7 +211,8 @@ def adaptive_table(full: list[dict], adaptive: list[dict]) -> None:
     runs = full + adaptive
     done = set.intersection(*({(r["name"], r["seed"]) for r in runs if r["labelling"] == a} for a in arms))
     print(f"\nLabelling, SIMULATED world: full vs adaptive BenchFill on the same benchmarks and seeds "
-          f"({len(done)} benchmark x seed pairs x 3 gaps; means per filled gap; true |d-t| from the simulated latent b; "
+          f"({len(done)} benchmark x seed pairs x 3 gaps; means per filled gap; true |d-t| from the simulated "
+          f"latent b; "
           f"+- one standard error over gaps)\n")
     width = max(9, *(len(a) for a in arms))
     header = (f"{'benchmark':<10} {'labelling':<{width}} {'panel calls/gap':>15} {'rounds':>6} {'true |d-t|':>16} "

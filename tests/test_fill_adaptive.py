@@ -61,11 +61,13 @@ def chosen(placed, target):
 
 
 @pytest.mark.slow
-def test_adaptive_uses_fewer_calls_than_full_at_equal_true_deviation_and_more_rollouts_place_it_tighter():
+def test_adaptive_uses_fewer_calls_per_round_than_full_and_more_rollouts_place_it_tighter():
     """Same rounds for all: 14 valid children planted around the target (SD 0.5 logits, the SIMULATED rewriter's
     spread), 12 models x 4 rollouts. Full labelling asks 14 x 48 answers; adaptive stops when decided. The default
     (adaptive_rollout_factor = 1) asks a subset of full labelling's calls; with 2 the nearest child's answers come
-    from the most informative models only, and it is placed more tightly."""
+    from the most informative models only, and it is placed more tightly. The chosen child's TRUE |d - t| is
+    checked only against a significant loss (two paired standard errors): measured 0.0330 default, 0.0303 factor 2,
+    0.0252 full; over whole searches the cheaper rounds buy more rounds (README, adaptive labelling)."""
     sc, theta = make_scale()
     arms = {"default": FillParams(labelling="adaptive"),
             "rollouts x2": FillParams(labelling="adaptive", adaptive_rollout_factor=2)}
@@ -96,7 +98,7 @@ def test_adaptive_uses_fewer_calls_than_full_at_equal_true_deviation_and_more_ro
     for name in arms:
         assert m["calls"][name] <= 0.6 * m["calls"]["full"]  # at least 40 % fewer panel calls per round
         diff = np.subtract(dev[name], dev["full"])  # paired: the same children, the same answers
-        assert diff.mean() <= 2 * diff.std(ddof=1) / np.sqrt(len(diff))  # the chosen child's TRUE |d - t|: no worse
+        assert diff.mean() <= 2 * diff.std(ddof=1) / np.sqrt(len(diff))  # TRUE |d - t|: no significant loss
     assert m["sd"]["rollouts x2"] < m["sd"]["full"]  # placed more precisely
 
 
@@ -179,7 +181,7 @@ def test_an_adaptive_fill_labels_with_fewer_calls_and_records_its_decisions(tmp_
 def test_full_vs_adaptive_on_the_same_gaps_over_seeds(tmp_path, bench):
     """The whole search, fixed gaps, seeds 0-5 (12 gaps of a 6-model x 4-rollout panel): adaptive pays fewer panel
     calls per gap. The chosen item's TRUE |d - t| is printed, not asserted: at this size the two searches take
-    different paths and 12 gaps do not separate them (measured: 0.036 adaptive vs 0.031 full, at 204 vs 388 calls);
+    different paths and 12 gaps do not separate them (measured: 0.049 adaptive vs 0.031 full, at 215 vs 388 calls);
     the controlled comparison on the same children is the first test of this file."""
     items, resp = bench
     figures = {"full": [], "adaptive": []}

@@ -100,7 +100,8 @@ def test_the_prescreen_orders_screening_and_designs_first_answers_but_not_the_pl
 
 
 @pytest.mark.parametrize("body,line", [
-    ('prescreen = "hash"', '[fill]: prescreen: orders adaptive labelling; set labelling = "adaptive" or prescreen = "off"'),
+    ('prescreen = "hash"',
+     '[fill]: prescreen: orders adaptive labelling; set labelling = "adaptive" or prescreen = "off"'),
     ('labelling = "adaptive"\nprescreen = "bert"', "[fill].prescreen: Input should be 'off', 'hash' or 'minilm'"),
 ])
 def test_the_prescreen_setting_is_typed(tmp_path, body, line):

@@ -190,7 +190,7 @@ class FillParams(BaseModel):
     adaptive_min_answers: int = Field(default=8, ge=1, le=100_000)  # answers before a child may be dropped
     adaptive_z: float = Field(default=1.645, gt=0, le=10)  # interval = mean +- z SD (1.645: 90 %)
     adaptive_precision: float = Field(default=0.02, ge=0, le=1)  # stop a child whose z SD on d is <= this
-    adaptive_budget: float = Field(default=0.5, gt=0, le=1)  # a round's answers, share of full labelling's
+    adaptive_budget: float = Field(default=0.4, gt=0, le=1)  # a round's answers, share of full labelling's
     # a model answers a child <= this x its rollouts; 1: adaptive asks a subset of full labelling's calls
     adaptive_rollout_factor: int = Field(default=1, ge=1, le=100)
     # text pre-screen (adaptive only; benchfill/graphs/prescreen.py): a ridge on the benchmark's own items' texts and
