@@ -96,10 +96,16 @@ def _run_diagnosis(responses, items, guessing, choices, sampler: str, chains: in
     if (sampler or api.DEFAULT_SAMPLER) == "fast":
         quiet_worker_start()  # the chains' fork server ignores Ctrl-C: one "interrupted" line, no worker tracebacks
     with sc.status(f"fitting IRT on {responses.shape[0]} models x {responses.shape[1]} items with "
-                   f"{sampler or api.DEFAULT_SAMPLER}{what} ..."):
+                   f"{sampler or api.DEFAULT_SAMPLER}{what} ...") as status:
+        started = time.perf_counter()
+
+        def on_stage(text: str) -> None:  # the status line names the stage it is in, and the time so far
+            status.update(lit(f"{text} ... ({time.perf_counter() - started:.1f} s)"))
+
         return api.diagnose(responses, items=items, sampler=sampler or api.DEFAULT_SAMPLER, chains=chains,
                             tune=tune, draws=draws, seed=seed, guessing=guessing, choices=choices,
-                            robustness=robustness, top_gaps=max(top_gaps or 0, api.DIAGNOSIS_GAPS))
+                            robustness=robustness, top_gaps=max(top_gaps or 0, api.DIAGNOSIS_GAPS),
+                            on_stage=on_stage)
 
 
 @app.command()

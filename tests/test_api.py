@@ -25,8 +25,13 @@ def test_load_diagnose_save_place_from_python(examples, tmp_path):
     assert isinstance(resp, ResponseMatrix) and resp.shape == (12, 500)
     again = bf.load_responses(resp.to_long())  # a long DataFrame reads like the file
     assert again.models == resp.models and (again.n_correct == resp.n_correct).all()
-    dx = bf.diagnose(resp, draws=300, tune=300)
+    stages: list[str] = []
+    dx = bf.diagnose(resp, draws=300, tune=300, on_stage=stages.append)
     assert isinstance(dx, bf.Diagnosis) and dx.sampler.method == "fast" and dx.posterior is not None
+    # a progress display is told each stage as it starts, in order, each of them once
+    firsts = [s.split(" ")[0] for s in stages]
+    assert firsts == ["fitting", "exact", "checks", "posterior", "the"], stages
+    assert set(dx.timings) >= {"fit", "exact_b", "checks", "metrics", "null"}
     assert json.loads(dx.to_json())["schema_version"] == 2
     assert dx.plot().axes  # a matplotlib Figure for a notebook
     path = dx.save(tmp_path / "m500")

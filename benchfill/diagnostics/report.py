@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from pydantic import BaseModel, Field, PrivateAttr
@@ -23,6 +23,13 @@ from benchfill.irt.fast import reduce_items
 from benchfill.irt.fit import fit_irt
 from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings, thin_draws
 from benchfill.irt.placement import exact_item_moments
+
+StageFn = Callable[[str], None]  # told the name of each stage of a diagnosis as it starts
+
+
+def _no_stage(_: str) -> None:
+    return None
+
 
 SCHEMA_VERSION = 2
 NULL_REPLICATES = 200
@@ -317,10 +324,14 @@ def build_diagnosis(
     null_replicates: int = NULL_REPLICATES,
     seed: int = 0,
     timings: dict[str, float] | None = None,
+    on_stage: StageFn | None = None,
 ) -> Diagnosis:
     """Assemble the report from a fit: plug-in metrics from the (exact per-key) posterior-mean b, their posterior
-    from per-draw metrics, the design's resolution and null, flags and verdicts."""
+    from per-draw metrics, the design's resolution and null, flags and verdicts. ``on_stage(text)`` is told
+    each stage as it starts (for a progress display)."""
+    stage = on_stage or _no_stage
     timings = dict(timings or {})
+    stage("posterior metrics (DDM, gaps, Top-5 per draw)")
     clock = time.perf_counter()
     b = fit.b_mean
     d = M.normalise(b)
@@ -329,6 +340,7 @@ def build_diagnosis(
     posterior = None if fit.is_map else summarise_posterior(posterior_metric_draws(fit.flat("b")))
     median_gap = M.uniform_max_gap_median(len(d), baseline_sims, seed)
     timings["metrics"] = time.perf_counter() - clock
+    stage("the design's null (benchmarks without holes, answered like this one)")
     clock = time.perf_counter()
     guess = fit.spec.guessing
     null_out = None
@@ -382,22 +394,30 @@ def diagnose(
     settings: SamplerSettings | None = None,
     *,
     top_gaps: int = 10,
+    on_stage: StageFn | None = None,
 ) -> tuple[Diagnosis, IRTFit]:
     """Fit IRT, run the seven checks and compute every metric. Returns the report and the fit (for the scale).
 
     Difficulties of a 1PL fit are the exact per-key posterior moments (SPEC section 3), so items with the same
     counts get identical b and the gaps are not shrunk by Monte Carlo noise."""
     settings = settings or SamplerSettings()
+    stage = on_stage or _no_stage
+    J, I = responses.shape
+    stage(f"fitting IRT ({settings.method}: {settings.chains} chains x {settings.draws:,} draws, {J} models x "
+          f"{I:,} items)")
     clock = time.perf_counter()
     fit = fit_irt(responses, spec, settings)
     timings = {"fit": time.perf_counter() - clock}
+    stage("exact per-key difficulties")
     clock = time.perf_counter()
     exact_item_moments(fit, responses)
     timings["exact_b"] = time.perf_counter() - clock
+    stage("checks R1-R4 (data, posterior predictive) and M1-M4 (convergence)")
     clock = time.perf_counter()
     check_times: dict[str, float] = {}
     checks = run_checks(responses, fit, seed=settings.seed, timings=check_times)
     timings["checks"] = time.perf_counter() - clock
     timings.update({f"check_{k}": v for k, v in check_times.items()})
-    dg = build_diagnosis(responses, fit, checks, top_gaps=top_gaps, seed=settings.seed, timings=timings)
+    dg = build_diagnosis(responses, fit, checks, top_gaps=top_gaps, seed=settings.seed, timings=timings,
+                         on_stage=on_stage)
     return dg, fit
