@@ -552,6 +552,45 @@ def import_(
     write_json_result(json_out, res, note=con)
 
 
+# ---- local-server -----------------------------------------------------------------------------------------
+
+
+@app.command("local-server")
+@friendly_errors
+def local_server(
+    port: int = typer.Option(8765, help="port on 127.0.0.1 (8765: examples/local.toml's api_base; 0: a free one)"),
+    n_ctx: int = typer.Option(2048, "--n-ctx", min=256, help="context window in tokens (prompt + reply)"),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads (default: half the cores, 1 to 4)"),
+    model: Optional[Path] = typer.Option(None, "--model", help="a GGUF file (default: the bundled SmolLM2-135M-Instruct)"),
+    log: Optional[Path] = typer.Option(None, "--log", help="write the server's output to this file"),
+) -> None:
+    """Serve a small real LLM on this machine (the bundled SmolLM2-135M-Instruct on llama.cpp, CPU only) as an
+    OpenAI-compatible server on 127.0.0.1 until Ctrl-C; needs pip install 'benchfill[local]'."""
+    import contextlib
+    import signal
+
+    from benchfill.models.local_server import DEFAULT_PORT, LocalServerError, local_server as serve
+
+    def _terminate(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminate)  # a plain kill stops the server too
+    try:
+        with contextlib.ExitStack() as stack:
+            with err_console.status("starting the local model server (llama.cpp) ..."):
+                server = stack.enter_context(serve(model, port=port or None, n_ctx=n_ctx, n_threads=threads, log=log))
+            console.print(f"serving {server.alias} ({server.model_path.name}) at {server.api_base}; litellm model "
+                          f"{server.model} (Ctrl-C to stop)", markup=False, highlight=False, soft_wrap=True)
+            if server.port == DEFAULT_PORT:
+                console.print("try: benchfill evaluate examples/math500.items.jsonl --config examples/local.toml "
+                              "--out runs/local --limit 3", markup=False, highlight=False, soft_wrap=True)
+            while server.alive():
+                time.sleep(0.5)
+            raise LocalServerError(f"the server exited with code {server.process.returncode}: {server.log_tail()}")
+    except KeyboardInterrupt:
+        console.print("stopped", markup=False, highlight=False)
+
+
 # ---- designers (BenchBench: card / run / rewriters) -------------------------------------------------------
 
 from benchfill.cli_support import plain_help  # noqa: E402
