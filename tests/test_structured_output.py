@@ -85,14 +85,23 @@ def test_schema_is_sent_where_the_provider_takes_it(stub, tmp_path):
     assert sent["type"] == "json_schema" and sent["json_schema"]["schema"] == Verdict.model_json_schema()
 
 
-def test_a_refused_form_falls_back_and_is_remembered_for_the_model(stub, tmp_path):
-    refusing(stub, {"json_schema"})
+# llama-cpp-python 0.3.36's server answers a json_schema response_format with a 500 carrying its validation error
+LLAMA_CPP_PYTHON_REFUSAL = (
+    "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input "
+    "should be 'text' or 'json_object'\", 'input': 'json_schema', 'ctx': {'expected': \"'text' or 'json_object'\"}}"
+)
+
+
+@pytest.mark.parametrize("status, message", [(422, None), (400, "Unsupported parameter: response_format"),
+                                             (500, LLAMA_CPP_PYTHON_REFUSAL)])
+def test_a_refused_form_falls_back_and_is_remembered_for_the_model(stub, tmp_path, status, message):
+    refusing(stub, {"json_schema"}, status=status, message=message)
     stub.responder = lambda body: GOOD
     db = tmp_path / "c.sqlite"
     results, stats = run_json(db, cfg(stub), n=3)
     assert all(r.ok and r.parsed is not None for r in results)
     types = [b.get("response_format", {}).get("type") for b in stub.bodies]
-    # one refusal, then the llama-cpp-python form for this and every later call of the model
+    # one refusal (not retried, even as a 500), then the llama-cpp-python form for every later call of the model
     assert types == ["json_schema", "json_object", "json_object", "json_object"]
     assert stub.bodies[1]["response_format"]["schema"] == Verdict.model_json_schema()
     assert stats.errors == 0 and not any(r.failed for r in results)
@@ -118,6 +127,14 @@ def test_an_error_that_is_not_about_the_format_is_a_failed_call(stub, tmp_path):
     # not remembered as a refusal: the second call asks in the same form again
     assert [b["response_format"]["type"] for b in stub.bodies] == ["json_schema", "json_schema"]
     assert stats.errors == 2
+
+
+def test_a_server_error_not_about_the_format_is_retried_in_the_same_form(stub, tmp_path):
+    stub.script[:] = ["500"]  # "stub internal error": a hiccup, retried in the same form
+    stub.responder = lambda body: GOOD
+    (res,), stats = run_json(tmp_path / "c.sqlite", cfg(stub))
+    assert res.ok and stats.retries == 1
+    assert [b["response_format"]["type"] for b in stub.bodies] == ["json_schema", "json_schema"]
 
 
 def test_structured_output_off_sends_no_format(stub, tmp_path):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from typing import Any, Callable, Literal
 from langgraph.runtime import Runtime
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model, model_validator
 
 from benchfill.data import Item
 from benchfill.graphs.adaptive import adaptive_label
@@ -114,8 +115,13 @@ def candidate_id(method: str, gap: int, round_: int, parent: int, child: int) ->
     return f"{method[:2]}-g{gap}-r{round_}-p{parent}-c{child}"
 
 
+PLACEHOLDER = re.compile(r"\s*[{\[]?\s*<\s*[A-Za-z][^<>]*\s[^<>]*>?\s*[}\]]?\s*")
+
+
 class Children(BaseModel):
-    """The rewriter's reply (prompts/rewrite.txt)."""
+    """The rewriter's reply (prompts/rewrite.txt). Children that only copy the template's placeholders (small
+    models write ``{"question": "<the new item>", ...}``) are left out; a reply with nothing else is rejected, so
+    the rewriter is asked again."""
 
     class Child(BaseModel):
         question: str = Field(min_length=1)
@@ -123,6 +129,27 @@ class Children(BaseModel):
         rationale: str = ""
 
     children: list[Child] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_placeholders(cls, data: Any) -> Any:
+        kids = data.get("children") if isinstance(data, dict) else None
+        if not isinstance(kids, list) or not kids:
+            return data
+        real = [k for k in kids if not (isinstance(k, dict) and any(
+            isinstance(k.get(f), str) and PLACEHOLDER.fullmatch(k[f]) for f in ("question", "answer")))]
+        if not real:
+            raise ValueError("every child copies the template's placeholders (\"<the new item>\"): write the items "
+                             "themselves")
+        return {**data, "children": real}
+
+
+@functools.lru_cache(maxsize=64)
+def children_schema(n: int) -> type[Children]:
+    """The rewriter's ``response_format`` schema: :class:`Children` with at most ``n`` children (a constrained
+    decoder stops after them instead of writing more until the token limit cuts the JSON)."""
+    return create_model("Children", __base__=Children,
+                        children=(list[Children.Child], Field(min_length=1, max_length=n)))
 
 
 class Verdict(BaseModel):
@@ -212,7 +239,7 @@ def rewrite(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
         # the round and gap enter the sample index so every round asks afresh (a new cache key)
         res = await ctx.client.client.complete_json(
             rewriter, messages, Children, role="rewriter",
-            sample_index=_sample(state, pi), item=parent_item,
+            sample_index=_sample(state, pi), item=parent_item, schema=children_schema(p.children_per_parent),
         )
         return pi, parent, res
 

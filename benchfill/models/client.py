@@ -264,6 +264,23 @@ def _validate(obj: Any, validator: Any) -> Any:
     return validator(obj)
 
 
+def rejection_reason(exc: BaseException) -> str:
+    """Why a reply was rejected, in one line for the re-ask: a pydantic error's field and message
+    (``children[0].question: ...``; its first line alone only says "1 validation error for Children")."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            first = errors()[0]
+            from benchfill.errors import field_path
+
+            msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+            return f"{field_path(tuple(first.get('loc', ())), '')}: {msg}".lstrip(": ")
+        except Exception:  # not pydantic's errors(): fall back to the text
+            pass
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 REASK = (
     "Your previous reply could not be used: {error}. Reply again with only the JSON requested, "
     "exactly in the form the instructions give, and no text around it."
@@ -280,6 +297,9 @@ REASK = (
 
 SCHEMA_FORMS = ("json_schema", "json_object")
 _FORMAT_WORDS = re.compile(r"response_format|json_schema|json_object|guided_json|grammar", re.IGNORECASE)
+# a server's rejection of the request itself (not a failure while serving it)
+_VALIDATION = re.compile(r"validation error|literal_error|input should be|not supported|unsupported|invalid",
+                         re.IGNORECASE)
 
 
 def response_format(schema: Any, form: str = "json_schema") -> dict[str, Any]:
@@ -304,8 +324,13 @@ class FormatRefused(Exception):
 
 
 def refuses_format(exc: BaseException) -> bool:
-    """A final (non-retryable) error that is about the requested ``response_format``."""
-    return not is_retryable(exc) and _FORMAT_WORDS.search(str(exc)) is not None
+    """An error that refuses the requested ``response_format``: a final one (4xx) that names it, or any that names
+    it in a request-validation message (llama-cpp-python's server answers a form it does not know with a 500
+    carrying its pydantic validation error: retrying would only repeat it)."""
+    text = str(exc)
+    if _FORMAT_WORDS.search(text) is None:
+        return False
+    return not is_retryable(exc) or _VALIDATION.search(text) is not None
 
 
 # ----------------------------------------------------------------------------------------------- the client
@@ -534,13 +559,18 @@ class ModelClient:
                 outcome="retry", error=_describe(exc, spec.secrets) if exc else None,
                 latency_s=time.perf_counter() - t_attempt)
 
+        formatted = "response_format" in params
+
+        def retryable(exc: BaseException) -> bool:
+            return is_retryable(exc) and not (formatted and refuses_format(exc))
+
         t0 = t_attempt = time.perf_counter()
         attempts = 0
         assert spec.semaphore is not None and spec.call is not None
         async with spec.semaphore:
             try:
                 async for attempt in AsyncRetrying(
-                    stop=stop_after_attempt(cfg.max_retries + 1), wait=wait, retry=retry_if_exception(is_retryable),
+                    stop=stop_after_attempt(cfg.max_retries + 1), wait=wait, retry=retry_if_exception(retryable),
                     before_sleep=before_sleep, reraise=True,
                 ):
                     with attempt:
@@ -552,7 +582,7 @@ class ModelClient:
             except Exception as exc:  # recorded and returned, never dropped
                 error = _describe(exc, spec.secrets)
                 latency = time.perf_counter() - t0
-                if "response_format" in params and refuses_format(exc):  # the caller asks again in another form
+                if formatted and refuses_format(exc):  # the caller asks again in another form
                     log(key, model=cfg.model, role=role, sample_index=sample_index, attempt=attempts,
                         outcome="refused", error=error, latency_s=latency)
                     raise FormatRefused(error) from None
@@ -619,8 +649,7 @@ class ModelClient:
             try:
                 return replace(result, parsed=_validate(parse_json_text(result.text or ""), validator))
             except Exception as exc:  # ValueError, pydantic.ValidationError, a validator's own error
-                reason = scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
-                               self._spec(cfg).secrets) or "invalid"
+                reason = scrub(rejection_reason(exc), self._spec(cfg).secrets) or "invalid"
                 reason = reason[:300]
                 if not result.cached:
                     self.stats.malformed += 1

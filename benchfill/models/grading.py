@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from benchfill.models.prompts import PromptLibrary
 
 Label = Literal["correct", "incorrect", "skip"]
-GRADER_VERSION = "2"  # bump when a rule changes: stored grades keyed by an older version are recomputed
+GRADER_VERSION = "3"  # bump when a rule changes: stored grades keyed by an older version are recomputed
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,8 @@ def extract_final_answer(response: str | None) -> str | None:
     maths = re.findall(r"\$\$(.+?)\$\$|\\\[(.+?)\\\]|\$([^$]+)\$", text, flags=re.DOTALL)
     if maths:
         last = [g for g in maths[-1] if g][0]
-        return last.split("=")[-1].strip()
+        # the right-hand side of the last relation: "$\sqrt{242} \approx 38252$" answers 38252, not sqrt(242)
+        return re.split(r"=|\\approx|\\simeq|≈", last)[-1].strip()
     return None
 
 
