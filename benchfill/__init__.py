@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 __all__ = ["load_responses", "import_logs", "diagnose", "suite", "place", "calibrate", "detect", "load_diagnosis",
            "fill", "fill_async", "fill_run", "evaluate", "evaluate_async", "trace", "export", "review_queue",
            "review_item", "vote", "write_report", "view", "designers_card", "designers_run", "designers_run_async",
-           "designers_rewriters", "Diagnosis", "ImportResult", "FillSummary", "__version__"]
+           "designers_rewriters", "local_server", "Diagnosis", "ImportResult", "FillSummary", "__version__"]
 
 
 def __getattr__(name: str):

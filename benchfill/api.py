@@ -666,3 +666,16 @@ def designers_rewriters(runs: Sequence[str | Path], *, method: str = "benchfill"
     from benchfill.designers.rewriters import rewriter_report
 
     return rewriter_report(runs, method=method, tolerance=tolerance)
+
+
+def local_server(model: str | Path | None = None, *, port: int = 8765, n_ctx: int = 2048, threads: int | None = None,
+                 log: str | Path | None = None) -> Any:
+    """A real small LLM on this machine (``benchfill local-server``): a context manager that starts llama.cpp's
+    OpenAI-compatible server on 127.0.0.1 with ``model`` (a GGUF file; default: the bundled SmolLM2-135M-Instruct),
+    waits until it answers and stops it on exit. ``port`` 8765 is ``examples/local.toml``'s ``api_base``; 0 picks a
+    free one. ``threads``: CPU threads (default: half the cores, 1 to 4); ``log``: where its output goes. Yields a
+    :class:`benchfill.models.local_server.LocalServer` (``.api_base``, ``.model`` for a config). Needs
+    ``pip install 'benchfill[local]'`` (a missing extra is one :class:`~benchfill.errors.InputError` line)."""
+    from benchfill.models.local_server import local_server as _serve
+
+    return _serve(model, port=port or None, n_ctx=n_ctx, n_threads=threads, log=log)

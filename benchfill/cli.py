@@ -569,7 +569,8 @@ def local_server(
     import contextlib
     import signal
 
-    from benchfill.models.local_server import DEFAULT_PORT, LocalServerError, local_server as serve
+    from benchfill import api
+    from benchfill.models.local_server import DEFAULT_PORT, LocalServerError
 
     def _terminate(*_: object) -> None:
         raise KeyboardInterrupt
@@ -578,7 +579,7 @@ def local_server(
     try:
         with contextlib.ExitStack() as stack:
             with err_console.status("starting the local model server (llama.cpp) ..."):
-                server = stack.enter_context(serve(model, port=port or None, n_ctx=n_ctx, n_threads=threads, log=log))
+                server = stack.enter_context(api.local_server(model, port=port, n_ctx=n_ctx, threads=threads, log=log))
             console.print(f"serving {server.alias} ({server.model_path.name}) at {server.api_base}; litellm model "
                           f"{server.model} (Ctrl-C to stop)", markup=False, highlight=False, soft_wrap=True)
             if server.port == DEFAULT_PORT:

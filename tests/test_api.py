@@ -224,6 +224,7 @@ def _api_map():
         "evaluate": ((api.evaluate, api.evaluate_async), {}, {"json_out", "progress"}),
         "place": ((api.place,), {}, {"json_out"}),
         "import": ((api.import_logs,), {"filter_": "filter"}, {"json_out"}),
+        "local-server": ((api.local_server,), {}, set()),
         "designers card": ((api.designers_card,), {}, {"json_out"}),
         "designers run": ((api.designers_run, api.designers_run_async), {}, {"json_out"}),
         "designers rewriters": ((api.designers_rewriters,), {}, {"json_out"}),
