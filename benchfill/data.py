@@ -356,12 +356,13 @@ def _matrix_from_long(
             str(path), f"duplicate row for model={rec.model}, item_id={rec.item_id} (first at row {first})",
             row=int(rec["_row"]),
         )
-    models = list(dict.fromkeys(frame["model"]))
+    # in order of first appearance (pandas' unique: iterating an Arrow-backed column in Python took 0.7 s on 350k rows)
+    models = [str(m) for m in frame["model"].unique()]
     if len(models) < min_models:
         if min_models == 2:
             raise InputError(str(path), f"only one model ({models[0]}): IRT needs responses from at least 2 models")
         raise InputError(str(path), f"only {len(models)} model(s): need responses from at least {min_models}")
-    seen = list(dict.fromkeys(frame["item_id"]))
+    seen = [str(t) for t in frame["item_id"].unique()]
     if items is not None:
         known = {it.id for it in items}
         unknown = ~frame["item_id"].isin(known).to_numpy()
