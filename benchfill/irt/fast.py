@@ -262,6 +262,33 @@ def _gather_keys(mat: np.ndarray, blk: Block) -> np.ndarray:
     return np.take_along_axis(mat, np.broadcast_to(blk.idx, mat.shape[:1] + blk.idx.shape), axis=2)
 
 
+def lattice_terms(thetas: np.ndarray, blk: Block) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The lattice-level terms of the keys' log densities, before each key takes its window (see
+    :mod:`benchfill.irt.kernels` for the layout): base (B, L), per_key (Kb or 0, B, L), delta (B,).
+
+    The key-specific term is one matrix product, [n | y] (Kb, 2J) @ [-softplus(X); softplus(log c - X)]
+    (2J, B L), instead of one per ability vector."""
+    delta = blk.shift(thetas)  # (B,)
+    B, L = len(thetas), len(blk.grid)
+    grid = blk.grid[None, :] + delta[:, None]  # (B, L)
+    X = thetas[:, :, None] - grid[:, None, :]  # (B, J, L)
+    base = -0.5 * grid**2
+    weights, terms = [], []
+    if blk.n_shared is not None:
+        base = base - np.einsum("j,bjl->bl", blk.n_shared, softplus(X))
+    else:
+        weights.append(blk.n)
+        terms.append(-softplus(X))
+    if blk.log_c is not None:
+        weights.append(blk.y)
+        terms.append(softplus(blk.log_c - X))
+    if not weights:
+        return base, np.empty((0, B, L)), delta
+    Z = np.concatenate(terms, axis=1).transpose(1, 0, 2).reshape(-1, B * L)  # (J', B L)
+    per_key = (np.concatenate(weights, axis=1) @ Z).reshape(len(blk.keys), B, L)
+    return base, per_key, delta
+
+
 def block_log_density(thetas: np.ndarray, blk: Block) -> tuple[np.ndarray, np.ndarray]:
     """Unnormalised log conditional density of b for every key of the block on its window nodes.
 
@@ -271,18 +298,10 @@ def block_log_density(thetas: np.ndarray, blk: Block) -> tuple[np.ndarray, np.nd
         ell (B, Kb, G): log N(b; 0, 1) + b-dependent log-likelihood, nats (same constant for all nodes of a key);
         delta (B,): the lattice shift, so node values are ``blk.nodes + delta``.
     """
-    delta = blk.shift(thetas)  # (B,)
-    grid = blk.grid[None, :] + delta[:, None]  # (B, L)
-    X = thetas[:, :, None] - grid[:, None, :]  # (B, J, L)
-    SP = softplus(X)
-    prior = -0.5 * grid**2
-    if blk.n_shared is not None:
-        base = prior - np.einsum("j,bjl->bl", blk.n_shared, SP)  # (B, L)
-        ell = base[:, None, :] if blk.idx is None else base[:, blk.idx]
-    else:
-        ell = _gather_keys(prior[:, None, :] - blk.n @ SP, blk)  # (B, Kb, G)
-    if blk.log_c is not None:
-        ell = ell + _gather_keys(blk.y @ softplus(blk.log_c - X), blk)
+    base, per_key, delta = lattice_terms(thetas, blk)
+    ell = base[:, None, :] if blk.idx is None else base[:, blk.idx]  # (B, 1 or Kb, G)
+    if per_key.shape[0]:
+        ell = ell + _gather_keys(per_key.transpose(1, 0, 2), blk)
     return ell - blk.r[:, None] * (blk.nodes[None, :, :] + delta[:, None, None]), delta
 
 
@@ -330,33 +349,6 @@ def block_logp_grad(theta: np.ndarray, blk: Block) -> tuple[float, np.ndarray]:
         if blk.log_c is not None:
             grad = grad - np.einsum("jl,jl->j", blk.y.T @ Om, QS)
     return logp, grad
-
-
-def lattice_terms(thetas: np.ndarray, blk: Block) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The lattice-level pieces of :func:`block_log_density`, for the compiled kernels (see
-    :mod:`benchfill.irt.kernels` for the layout): base (B, L), per_key (Kb or 0, B, L), delta (B,).
-
-    The key-specific term is one matrix product, [n | y] (Kb, 2J) @ [-softplus(X); softplus(log c - X)]
-    (2J, B L), instead of one per ability vector."""
-    delta = blk.shift(thetas)  # (B,)
-    B, L = len(thetas), len(blk.grid)
-    grid = blk.grid[None, :] + delta[:, None]  # (B, L)
-    X = thetas[:, :, None] - grid[:, None, :]  # (B, J, L)
-    base = -0.5 * grid**2
-    weights, terms = [], []
-    if blk.n_shared is not None:
-        base = base - np.einsum("j,bjl->bl", blk.n_shared, softplus(X))
-    else:
-        weights.append(blk.n)
-        terms.append(-softplus(X))
-    if blk.log_c is not None:
-        weights.append(blk.y)
-        terms.append(softplus(blk.log_c - X))
-    if not weights:
-        return base, np.empty((0, B, L)), delta
-    Z = np.concatenate(terms, axis=1).transpose(1, 0, 2).reshape(-1, B * L)  # (J', B L)
-    per_key = (np.concatenate(weights, axis=1) @ Z).reshape(len(blk.keys), B, L)
-    return base, per_key, delta
 
 
 def _window_index(blk: Block) -> np.ndarray:
