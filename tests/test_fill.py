@@ -53,6 +53,18 @@ def make_benchmark(folder: Path, n_items: int = 40, n_models: int = 6, seed: int
     return items, resp
 
 
+def config_error(folder: Path, fill_lines: str) -> str:
+    """The one-line error that loading the simulated config with ``fill_lines`` added to its [fill] gives."""
+    from benchfill.errors import InputError
+    from benchfill.models.config import load_config
+
+    cfg = folder / "c.toml"
+    cfg.write_text(SIM_CONFIG.format(invalid_rate=0.1, max_rounds=2, tolerance=0.01) + fill_lines + "\n")
+    with pytest.raises(InputError) as err:
+        load_config(cfg)
+    return str(err.value)
+
+
 def write_config(folder: Path, *, invalid_rate: float = 0.1, max_rounds: int = 3, tolerance: float = 0.01,
                  name: str = "fill.toml") -> Path:
     cfg = folder / name

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_fill import SIM_CONFIG, _chosen, _cli, _double_calls, fill, make_benchmark
+from test_fill import SIM_CONFIG, _chosen, _cli, _double_calls, config_error, fill, make_benchmark
 
 from benchfill.graphs.adaptive import adaptive_label, expected_information, pick_models
 from benchfill.graphs.run import simulated_gap_figures
@@ -223,12 +223,6 @@ def test_a_crash_inside_adaptive_labelling_resumes_to_the_unbroken_runs_items(tm
     ("adaptive_z = -1.0", "[fill].adaptive_z: must be > 0"),
 ])
 def test_the_adaptive_settings_are_typed_and_ranged(tmp_path, bad, line):
-    from benchfill.errors import InputError
-    from benchfill.models.config import load_config
-
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(SIM_CONFIG.format(invalid_rate=0.1, max_rounds=2, tolerance=0.01) + bad + "\n")
-    with pytest.raises(InputError) as err:
-        load_config(cfg)
-    assert str(err.value).endswith(line), str(err.value)
+    message = config_error(tmp_path, bad)
+    assert message.endswith(line), message
     assert FillParams().labelling == "full"  # the paper's setting stays the default

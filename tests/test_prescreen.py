@@ -10,7 +10,7 @@ import sqlite3
 
 import numpy as np
 import pytest
-from test_fill import SIM_CONFIG, fill, make_benchmark
+from test_fill import SIM_CONFIG, config_error, fill, make_benchmark
 from test_fill_adaptive import J, ROLLOUTS, answer, make_scale
 
 from benchfill.data import Item
@@ -105,14 +105,8 @@ def test_the_prescreen_orders_screening_and_designs_first_answers_but_not_the_pl
     ('labelling = "adaptive"\nprescreen = "bert"', "[fill].prescreen: Input should be 'off', 'hash' or 'minilm'"),
 ])
 def test_the_prescreen_setting_is_typed(tmp_path, body, line):
-    from benchfill.errors import InputError
-    from benchfill.models.config import load_config
-
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(SIM_CONFIG.format(invalid_rate=0.1, max_rounds=2, tolerance=0.01) + body + "\n")
-    with pytest.raises(InputError) as err:
-        load_config(cfg)
-    assert str(err.value).endswith(line), str(err.value)
+    message = config_error(tmp_path, body)
+    assert message.endswith(line), message
     assert FillParams().prescreen == "off"
 
 
