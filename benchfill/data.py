@@ -9,19 +9,25 @@ folder of them; :mod:`benchfill.importers`, detected when unambiguous). Every ru
 
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 import json
+import math
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 from pathlib import Path
-from typing import Any, Iterator, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 
 import numpy as np
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchfill.errors import InputError
+
+if TYPE_CHECKING:  # pandas is imported only where a DataFrame goes in or out (to_long, responses_from_frame)
+    import pandas as pd
 
 ItemFormat = Literal["mcq", "numeric", "math", "short", "structured", "open"]
 ITEM_FORMATS: tuple[str, ...] = ("mcq", "numeric", "math", "short", "structured", "open")
@@ -109,6 +115,8 @@ class ResponseMatrix:
 
     def to_long(self) -> pd.DataFrame:
         """Long format, one row per attempted (model, item)."""
+        import pandas as pd
+
         j, i = np.nonzero(self.n_trials)
         return pd.DataFrame(
             {
@@ -145,6 +153,30 @@ def _open_text(path: Path) -> str:
         raise InputError(str(path), f"not UTF-8 text (byte {exc.start})") from None
 
 
+@dataclass
+class LongRows:
+    """Response rows in long format, as text: what every reader (long CSV, wide 0/1 CSV, JSONL, py-irt jsonlines, a
+    DataFrame) hands to the one validation, :func:`_matrix_from_long`.
+
+    Attributes:
+        model, item_id, n_correct, n_trials: one entry per row, the text as read (a DataFrame's missing count is NaN,
+            as pandas gives it).
+        row: int array; the row number each row is reported under in messages (a CSV's header is row 1 and blank lines
+            are not counted; a JSONL file's line number; a DataFrame's position + 1).
+        task: the CSV's optional ``task`` column (written by ``benchfill import``), or None.
+    """
+
+    model: list[str]
+    item_id: list[str]
+    n_correct: list[Any]
+    n_trials: list[Any]
+    row: np.ndarray
+    task: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.model)
+
+
 def load_responses(path: str | Path, items: Sequence[Item] | None = None, *, min_models: int = 2) -> ResponseMatrix:
     """Read and validate a response file (long CSV/JSONL, wide 0/1 CSV, or py-irt jsonlines), or eval logs of
     lm-eval, inspect_ai, HELM, OpenCompass or the Open LLM Leaderboard (a file or folder; format detected).
@@ -164,10 +196,10 @@ def load_responses(path: str | Path, items: Sequence[Item] | None = None, *, min
         raise InputError(str(path), "empty file")
     name = path.name.lower().removesuffix(".gz")
     if name.endswith((".jsonl", ".json", ".ndjson")):
-        frame = _jsonl_frame(path, text)
+        rows = _jsonl_rows(path, text)
     else:
-        frame = _csv_frame(path, text)
-    return _matrix_from_long(path, frame, items, min_models)
+        rows = _csv_rows(path, text)
+    return _matrix_from_long(path, rows, items, min_models)
 
 
 def responses_from_frame(frame: pd.DataFrame, items: Sequence[Item] | None = None, *, source: str = "<DataFrame>",
@@ -176,10 +208,15 @@ def responses_from_frame(frame: pd.DataFrame, items: Sequence[Item] | None = Non
     for col in ("model", "item_id", "n_correct", "n_trials"):
         if col not in frame.columns:
             raise InputError(source, f"missing column {col!r} (long format: model,item_id,n_correct,n_trials)")
-    # the file readers hand over text columns and a row number; so does a frame ("row" = its position + 1)
-    frame = frame[list(LONG_COLUMNS)].astype(str)
-    frame["_row"] = np.arange(1, len(frame) + 1)
-    return _matrix_from_long(Path(source), frame, items, min_models)
+    # the file readers hand over text columns and a row number; so does a frame ("row" = its position + 1). A missing
+    # count stays NaN ("n_correct=nan is missing, NaN or not a number"); a missing model or item_id reads as empty.
+    text = frame[list(LONG_COLUMNS)].astype(str)
+    model, item_id, n_correct, n_trials = (text[col].tolist() for col in LONG_COLUMNS)
+    rows = LongRows(
+        [m if isinstance(m, str) else "" for m in model], [t if isinstance(t, str) else "" for t in item_id],
+        n_correct, n_trials, np.arange(1, len(frame) + 1),
+    )
+    return _matrix_from_long(Path(source), rows, items, min_models)
 
 
 def _from_logs(path: Path, fmt: str, items: Sequence[Item] | None, min_models: int) -> ResponseMatrix:
@@ -218,30 +255,170 @@ def item_groups(responses: ResponseMatrix, by: str, items_table: str | Path | No
     return out
 
 
-def _csv_frame(path: Path, text: str) -> pd.DataFrame:
-    try:
-        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
-    except pd.errors.ParserError as exc:
-        raise InputError(str(path), f"not a valid CSV ({str(exc).strip()})") from None
-    frame.columns = [str(c).strip() for c in frame.columns]
-    if "item_id" in frame.columns or "n_correct" in frame.columns or "n_trials" in frame.columns:
-        missing = [c for c in LONG_COLUMNS if c not in frame.columns]
+def _csv_rows(path: Path, text: str) -> LongRows:
+    names, columns = _csv_table(path, text, skipinitialspace=True)
+    names = [name.strip() for name in names]
+    if "item_id" in names or "n_correct" in names or "n_trials" in names:
+        missing = [c for c in LONG_COLUMNS if c not in names]
         if missing:
             raise InputError(
                 str(path), f"missing column(s) {', '.join(missing)}; long format needs {','.join(LONG_COLUMNS)}"
-                           + (f"; misspelt? {near}" if (near := _misspelt(frame.columns, missing)) else ""), row=1
+                           + (f"; misspelt? {near}" if (near := _misspelt(names, missing)) else ""), row=1
             )
-        frame["_row"] = np.arange(2, len(frame) + 2)
-        return frame
+        named: dict[str, list[str]] = {}
+        for name, values in zip(names, columns):
+            named.setdefault(name, values)
+        return LongRows(named["model"], named["item_id"], named["n_correct"], named["n_trials"],
+                        np.arange(2, len(columns[0]) + 2), named.get("task"))
     try:
-        return _wide_to_long(path, frame)
+        return _wide_to_long(path, names, columns)
     except InputError:
         # a long file whose column names are misspelt reads as a wide matrix with non-0/1 cells: say so
-        near = _misspelt(frame.columns, LONG_COLUMNS)
+        near = _misspelt(names, LONG_COLUMNS)
         if near:
             raise InputError(str(path), f"not long format (model,item_id,n_correct,n_trials) and not a wide 0/1 "
                                         f"matrix: misspelt column name(s)? {near}", row=1) from None
         raise
+
+
+def _csv_table(path: Path, text: str, *, skipinitialspace: bool) -> tuple[list[str], list[list[str]]]:
+    """CSV text read the way ``pandas.read_csv(dtype=str, keep_default_na=False)`` read it (the loader used pandas
+    before; its rules and messages are kept): the column names and the data rows as columns of text.
+
+    Blank lines and lines of only spaces and tabs are skipped; the first line left is the header, where an empty name
+    reads as ``Unnamed: <i>`` and a repeated one as ``<name>.1``, ``<name>.2``, ...; fields may be quoted (``""`` is
+    a quote inside one); a row with fewer fields than the header is padded with ''; with ``skipinitialspace`` the
+    spaces that open a field are dropped. A row with more fields than the header, or a quoted field that is never
+    closed, is "not a valid CSV". Text without a quote character is split directly, the rest by the ``csv`` module.
+    """
+    if '"' in text:
+        header, columns = _split_quoted(path, text, skipinitialspace)
+    else:
+        header, columns = _split_plain(path, text, skipinitialspace)
+    return _column_names(header), columns
+
+
+def _too_many_fields(path: Path, expected: int, line: int, saw: int) -> InputError:
+    return InputError(str(path), f"not a valid CSV (expected {expected} fields in line {line}, saw {saw})")
+
+
+def _split_plain(path: Path, text: str, skipinitialspace: bool) -> tuple[list[str], list[list[str]]]:
+    """Header and columns of CSV text without quotes: lines split on commas, no per-field parsing."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    spaced = " " in text or "\t" in text
+    if spaced:
+        kept = [ln for ln in lines if ln.strip(" \t")]
+    else:
+        kept = [ln for ln in lines if ln] if "" in lines else lines
+    if not kept:
+        raise InputError(str(path), "empty file")
+    header = kept[0].split(",")
+    n = len(header)
+    data = kept[1:]
+    commas = set(map(str.count, data, repeat(",")))
+    if commas and max(commas) > n - 1:
+        start = lines.index(kept[0]) + 1
+        line = next(k for k in range(start, len(lines)) if lines[k].count(",") > n - 1)
+        raise _too_many_fields(path, n, line + 1, lines[line].count(",") + 1)
+    if not data:
+        flat: list[str] = []
+    elif commas == {n - 1}:
+        flat = ",".join(data).split(",")
+    else:  # some rows are short: pad them with ''
+        flat = []
+        for ln in data:
+            fields = ln.split(",")
+            flat.extend(fields)
+            if len(fields) < n:
+                flat.extend([""] * (n - len(fields)))
+    columns = [flat[j::n] for j in range(n)]
+    if skipinitialspace and " " in text:
+        header = [name.lstrip(" ") for name in header]
+        columns = [[value.lstrip(" ") for value in values] for values in columns]
+    return header, columns
+
+
+# appended to quoted CSV text: read back as a row of its own unless a quoted field ran on to the end of the text
+_CSV_END = "\ue000benchfill: end of text\ue000"
+
+
+def _split_quoted(path: Path, text: str, skipinitialspace: bool) -> tuple[list[str], list[list[str]]]:
+    """Header and columns of CSV text with quotes, read by the ``csv`` module: at once when every line is a row of
+    the header's width, else line by line (blank lines, short or long rows, a quote never closed)."""
+    end = "" if text.endswith(("\n", "\r")) else "\n"
+    with _csv_module(path):
+        records = list(csv.reader(io.StringIO(text + end + _CSV_END, newline=""), skipinitialspace=skipinitialspace))
+    closed = bool(records) and records[-1] == [_CSV_END]
+    if closed:
+        records.pop()
+    if not closed or not records or len(records[0]) < 2 or len(set(map(len, records))) > 1:
+        header, data = _csv_by_line(path, text, skipinitialspace, closed)
+    else:
+        header, data = records[0], records[1:]
+    n = len(header)
+    flat = list(chain.from_iterable(data))
+    return header, [flat[j::n] for j in range(n)]
+
+
+@contextmanager
+def _csv_module(path: Path) -> Iterator[None]:
+    """Lets the ``csv`` module read a field as long as the file (pandas had no limit); its errors as InputError."""
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, 2**31 - 1))
+    try:
+        yield
+    except csv.Error as exc:
+        raise InputError(str(path), f"not a valid CSV ({exc})") from None
+    finally:
+        csv.field_size_limit(limit)
+
+
+def _csv_by_line(path: Path, text: str, skipinitialspace: bool, closed: bool) -> tuple[list[str], list[list[str]]]:
+    """The header and the data rows (padded to the header's width), knowing the lines each record spans."""
+    lines = io.StringIO(text, newline="").readlines()
+    header: list[str] | None = None
+    data: list[list[str]] = []
+    with _csv_module(path):
+        reader = csv.reader(lines, skipinitialspace=skipinitialspace)
+        last = 0
+        for record in reader:
+            first, last = last + 1, reader.line_num
+            if not closed and last == len(lines):
+                raise InputError(str(path), f"not a valid CSV (a quoted field in the row at line {first} is never "
+                                            "closed)")
+            if not "".join(lines[first - 1:last]).strip(" \t\r\n"):
+                continue  # a blank line, or one of only spaces and tabs
+            if header is None:
+                header = record
+            elif len(record) > len(header):
+                raise _too_many_fields(path, len(header), first, len(record))
+            else:
+                data.append(record + [""] * (len(header) - len(record)))
+    if header is None:
+        raise InputError(str(path), "empty file")
+    return header, data
+
+
+def _column_names(header: list[str]) -> list[str]:
+    """pandas' names for a header row: an empty one is ``Unnamed: <i>``, a repeat is ``<name>.1``, ``<name>.2``, ...
+    (a suffixed name already in the header is skipped; named columns are numbered before unnamed ones)."""
+    names = [name if name != "" else f"Unnamed: {i}" for i, name in enumerate(header)]
+    if len(set(names)) == len(names):
+        return names
+    order = [i for i, name in enumerate(header) if name != ""] + [i for i, name in enumerate(header) if name == ""]
+    counts: dict[str, int] = {}
+    for i in order:
+        col = old = names[i]
+        cur = counts.get(col, 0)
+        while cur > 0:
+            counts[old] = cur + 1
+            col = f"{old}.{cur}"
+            cur = cur + 1 if col in names else counts.get(col, 0)
+        names[i] = col
+        counts[col] = cur + 1
+    return names
 
 
 def _misspelt(columns: Sequence[str], wanted: Sequence[str]) -> str:
@@ -258,25 +435,34 @@ def _misspelt(columns: Sequence[str], wanted: Sequence[str]) -> str:
     return "; ".join(hints)
 
 
-def _wide_to_long(path: Path, frame: pd.DataFrame) -> pd.DataFrame:
+_WIDE_CELLS = {"0": "0", "0.0": "0", "False": "0", "false": "0", "1": "1", "1.0": "1", "True": "1", "true": "1"}
+
+
+def _wide_to_long(path: Path, names: list[str], columns: list[list[str]]) -> LongRows:
     """Wide 0/1 matrix: first column names the model, every other column is an item; blank = not attempted."""
-    if frame.shape[1] < 2:
+    if len(names) < 2:
         raise InputError(
             str(path), f"missing columns: expected {','.join(LONG_COLUMNS)} (long) or model,<item>,... (wide)", row=1
         )
-    model_col = frame.columns[0]
-    rows = []
-    for k, rec in enumerate(frame.itertuples(index=False), start=2):
-        model = str(rec[0]).strip()
-        for item, value in zip(frame.columns[1:], rec[1:]):
-            value = str(value).strip()
+    model_col, items = names[0], names[1:]
+    model: list[str] = []
+    item_id: list[str] = []
+    correct: list[str] = []
+    row: list[int] = []
+    for k, rec in enumerate(zip(*columns), start=2):
+        name = rec[0].strip()
+        for item, value in zip(items, rec[1:]):
+            value = value.strip()
             if value == "":
                 continue
-            if value not in {"0", "1", "0.0", "1.0", "True", "False", "true", "false"}:
-                raise InputError(str(path), f"wide matrix cell {model_col}={model}, {item}={value!r} is not 0/1", row=k)
-            hit = value in {"1", "1.0", "True", "true"}
-            rows.append((model, item, str(int(hit)), "1", k))
-    return pd.DataFrame(rows, columns=[*LONG_COLUMNS, "_row"])
+            hit = _WIDE_CELLS.get(value)
+            if hit is None:
+                raise InputError(str(path), f"wide matrix cell {model_col}={name}, {item}={value!r} is not 0/1", row=k)
+            model.append(name)
+            item_id.append(item)
+            correct.append(hit)
+            row.append(k)
+    return LongRows(model, item_id, correct, ["1"] * len(model), np.array(row, dtype=np.int64))
 
 
 def jsonl_records(path: Path, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -293,8 +479,12 @@ def jsonl_records(path: Path, text: str) -> Iterator[tuple[int, dict[str, Any]]]
         yield k, rec
 
 
-def _jsonl_frame(path: Path, text: str) -> pd.DataFrame:
-    rows = []
+def _jsonl_rows(path: Path, text: str) -> LongRows:
+    model: list[str] = []
+    item_id: list[str] = []
+    n_correct: list[str] = []
+    n_trials: list[str] = []
+    row: list[int] = []
     for k, rec in jsonl_records(path, text):
         if "responses" in rec and "subject_id" in rec:  # py-irt jsonlines
             if not isinstance(rec["responses"], dict):
@@ -302,83 +492,113 @@ def _jsonl_frame(path: Path, text: str) -> pd.DataFrame:
             for item, value in rec["responses"].items():
                 if value not in (0, 1, True, False):
                     raise InputError(str(path), f"response {item}={value!r} is not 0/1", row=k)
-                rows.append((str(rec["subject_id"]), str(item), str(int(value)), "1", k))
+                model.append(str(rec["subject_id"]))
+                item_id.append(str(item))
+                n_correct.append(str(int(value)))
+                n_trials.append("1")
+                row.append(k)
             continue
         missing = [c for c in LONG_COLUMNS if c not in rec]
         if missing:
             raise InputError(str(path), f"missing field(s) {', '.join(missing)}", row=k)
-        rows.append((*(str(rec[c]) if rec[c] is not None else "" for c in LONG_COLUMNS), k))
-    return pd.DataFrame(rows, columns=[*LONG_COLUMNS, "_row"])
+        m, i, c, t = (str(rec[c]) if rec[c] is not None else "" for c in LONG_COLUMNS)
+        model.append(m)
+        item_id.append(i)
+        n_correct.append(c)
+        n_trials.append(t)
+        row.append(k)
+    return LongRows(model, item_id, n_correct, n_trials, np.array(row, dtype=np.int64))
 
 
-def _parse_counts(path: Path, frame: pd.DataFrame, column: str) -> np.ndarray:
-    values = pd.to_numeric(frame[column].str.strip(), errors="coerce").to_numpy(dtype=float)
+# a count's text that pandas' to_numeric read as a number: ASCII decimal or scientific notation, inf, infinity or nan
+_NUMBER_TEXT = re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)", re.IGNORECASE)
+
+
+def _count_value(text: Any) -> float:
+    """A count's text as a number, as ``pd.to_numeric(errors="coerce")`` read it (after stripping whitespace):
+    NaN for anything that is not a number (and for a DataFrame's missing value)."""
+    if not isinstance(text, str):
+        return math.nan
+    text = text.strip()
+    return float(text) if _NUMBER_TEXT.fullmatch(text) else math.nan
+
+
+def _parse_counts(path: Path, rows: LongRows, column: str) -> np.ndarray:
+    raw = getattr(rows, column)
+    try:  # the usual column, plain digits: one conversion (a count past 2**53 goes the general way, as a float)
+        if "" not in raw:
+            digits = "".join(raw)
+            if digits.isascii() and digits.isdigit():
+                counts = np.array(raw, dtype=np.int64)
+                if counts.max() < 2**53:
+                    return counts
+    except (TypeError, ValueError, OverflowError):
+        pass
+    values = np.array([_count_value(v) for v in raw], dtype=float)
     bad = ~np.isfinite(values)
     if bad.any():
         k = int(np.argmax(bad))
-        raw = frame[column].iloc[k]
-        raise InputError(str(path), f"{column}={raw!r} is missing, NaN or not a number", row=int(frame["_row"].iloc[k]))
+        raise InputError(str(path), f"{column}={raw[k]!r} is missing, NaN or not a number", row=int(rows.row[k]))
     frac = values != np.round(values)
     if frac.any():
         k = int(np.argmax(frac))
-        raise InputError(str(path), f"{column}={values[k]:g} is not a whole number", row=int(frame["_row"].iloc[k]))
+        raise InputError(str(path), f"{column}={values[k]:g} is not a whole number", row=int(rows.row[k]))
     neg = values < 0
     if neg.any():
         k = int(np.argmax(neg))
-        raise InputError(str(path), f"{column}={int(values[k])} is negative", row=int(frame["_row"].iloc[k]))
+        raise InputError(str(path), f"{column}={int(values[k])} is negative", row=int(rows.row[k]))
     return values.astype(np.int64)
 
 
-def _matrix_from_long(
-    path: Path, frame: pd.DataFrame, items: Sequence[Item] | None, min_models: int = 2
-) -> ResponseMatrix:
-    if frame.empty:
+def _codes(values: list[str]) -> tuple[list[str], np.ndarray]:
+    """The distinct values in order of first appearance, and each value's position among them."""
+    distinct = list(dict.fromkeys(values))
+    pos = {v: i for i, v in enumerate(distinct)}
+    return distinct, np.fromiter(map(pos.__getitem__, values), dtype=np.int64, count=len(values))
+
+
+def _matrix_from_long(path: Path, rows: LongRows, items: Sequence[Item] | None, min_models: int = 2) -> ResponseMatrix:
+    if len(rows) == 0:
         raise InputError(str(path), "no response rows")
-    for col in ("model", "item_id"):
-        frame[col] = frame[col].astype(str).str.strip()
-        empty = (frame[col] == "").to_numpy()
-        if empty.any():
-            raise InputError(str(path), f"{col} is empty", row=int(frame["_row"].iloc[int(np.argmax(empty))]))
-    n_correct = _parse_counts(path, frame, "n_correct")
-    n_trials = _parse_counts(path, frame, "n_trials")
+    model = list(map(str.strip, rows.model))
+    item_id = list(map(str.strip, rows.item_id))
+    for col, values in (("model", model), ("item_id", item_id)):
+        if "" in values:
+            raise InputError(str(path), f"{col} is empty", row=int(rows.row[values.index("")]))
+    n_correct = _parse_counts(path, rows, "n_correct")
+    n_trials = _parse_counts(path, rows, "n_trials")
     over = n_correct > n_trials
     if over.any():
         k = int(np.argmax(over))
-        raise InputError(
-            str(path), f"n_correct={n_correct[k]} > n_trials={n_trials[k]}", row=int(frame["_row"].iloc[k])
-        )
-    dup = frame.duplicated(subset=["model", "item_id"], keep="first").to_numpy()
-    if dup.any():
-        k = int(np.argmax(dup))
-        rec = frame.iloc[k]
-        first = frame[(frame.model == rec.model) & (frame.item_id == rec.item_id)]["_row"].iloc[0]
-        raise InputError(
-            str(path), f"duplicate row for model={rec.model}, item_id={rec.item_id} (first at row {first})",
-            row=int(rec["_row"]),
-        )
-    # in order of first appearance (pandas' unique: iterating an Arrow-backed column in Python took 0.7 s on 350k rows)
-    models = [str(m) for m in frame["model"].unique()]
+        raise InputError(str(path), f"n_correct={n_correct[k]} > n_trials={n_trials[k]}", row=int(rows.row[k]))
+    # models and items in order of first appearance; a (model, item) pair as one integer code
+    models, jj = _codes(model)
+    seen, ii = _codes(item_id)
+    pair = jj * len(seen) + ii
+    ordered = np.sort(pair)
+    if (ordered[1:] == ordered[:-1]).any():
+        first: dict[int, int] = {}
+        for k, code in enumerate(pair.tolist()):
+            if code in first:
+                raise InputError(
+                    str(path), f"duplicate row for model={model[k]}, item_id={item_id[k]} "
+                               f"(first at row {int(rows.row[first[code]])})", row=int(rows.row[k]),
+                )
+            first[code] = k
     if len(models) < min_models:
         if min_models == 2:
             raise InputError(str(path), f"only one model ({models[0]}): IRT needs responses from at least 2 models")
         raise InputError(str(path), f"only {len(models)} model(s): need responses from at least {min_models}")
-    seen = [str(t) for t in frame["item_id"].unique()]
     if items is not None:
-        known = {it.id for it in items}
-        unknown = ~frame["item_id"].isin(known).to_numpy()
+        item_ids = [it.id for it in items]
+        ipos = {t: i for i, t in enumerate(item_ids)}
+        ii = np.array([ipos.get(t, -1) for t in seen], dtype=np.int64)[ii]
+        unknown = ii < 0
         if unknown.any():
             k = int(np.argmax(unknown))
-            raise InputError(
-                str(path), f"unknown item_id={frame['item_id'].iloc[k]} (not in the items file)",
-                row=int(frame["_row"].iloc[k]),
-            )
-        item_ids = [it.id for it in items]
+            raise InputError(str(path), f"unknown item_id={item_id[k]} (not in the items file)", row=int(rows.row[k]))
     else:
         item_ids = seen
-    mpos = {m: j for j, m in enumerate(models)}
-    ipos = {t: i for i, t in enumerate(item_ids)}
-    jj = frame["model"].map(mpos).to_numpy()
-    ii = frame["item_id"].map(ipos).to_numpy()
     correct = np.zeros((len(models), len(item_ids)), dtype=np.int64)
     trials = np.zeros_like(correct)
     correct[jj, ii] = n_correct
@@ -386,14 +606,14 @@ def _matrix_from_long(
     unattempted = trials.sum(0) == 0
     if unattempted.any():
         i = int(np.argmax(unattempted))
-        rows = frame.loc[frame["item_id"] == item_ids[i], "_row"]
+        k = item_id.index(item_ids[i]) if item_ids[i] in seen else None
         raise InputError(
             str(path), f"item_id={item_ids[i]} was attempted by no model (n_trials is 0 everywhere)",
-            row=int(rows.iloc[0]) if len(rows) else None,
+            row=int(rows.row[k]) if k is not None else None,
         )
     meta: dict[str, Any] = {}
-    if "task" in frame.columns:  # written by `benchfill import`: the grouping `suite --by task` uses
-        meta["groups"] = {"task": dict(zip(frame["item_id"], frame["task"].astype(str)))}
+    if rows.task is not None:  # written by `benchfill import`: the grouping `suite --by task` uses
+        meta["groups"] = {"task": dict(zip(item_id, rows.task))}
     return ResponseMatrix(models, item_ids, correct, trials, str(path), meta)
 
 
@@ -452,19 +672,22 @@ def read_item_groups(path: str | Path, column: str, item_ids: Sequence[str]) -> 
     """Group item ids by a column of an items table (CSV with ``item_id``); groups keep the table's order.
     Every item of the responses must appear in the table."""
     path = Path(path)
-    try:
-        table = pd.read_csv(io.StringIO(_open_text(path)), dtype=str, keep_default_na=False)
-    except pd.errors.ParserError as exc:
-        raise InputError(str(path), f"not a valid CSV ({str(exc).strip()})") from None
+    names, columns = _csv_table(path, _open_text(path), skipinitialspace=False)
+    table: dict[str, list[str]] = {}
+    for name, values in zip(names, columns):
+        table.setdefault(name, values)
     for col in ("item_id", column):
-        if col not in table.columns:
+        if col not in table:
             raise InputError(str(path), f"missing column {col!r}", row=1)
     wanted = set(item_ids)
-    table = table[table["item_id"].isin(wanted)]
-    missing = wanted - set(table["item_id"])
+    groups: dict[str, list[str]] = {}
+    for item, key in zip(table["item_id"], table[column]):
+        if item in wanted:
+            groups.setdefault(key, []).append(item)
+    missing = wanted - {item for members in groups.values() for item in members}
     if missing:
         raise InputError(str(path), f"{len(missing)} item id(s) of the responses are not in the table, e.g. {sorted(missing)[0]}")
-    return {str(k): list(g["item_id"]) for k, g in table.groupby(column, sort=False)}
+    return groups
 
 
 # ----------------------------------------------------------------------------------------------- items

@@ -123,3 +123,117 @@ def test_item_groups(tmp_path):
     assert read_item_groups(table, "benchmark", ["q1", "q2", "q3"]) == {"A": ["q1", "q3"], "B": ["q2"]}
     with pytest.raises(InputError, match="not in the table"):
         read_item_groups(table, "benchmark", ["q1", "q4"])
+
+
+def test_the_load_path_does_not_import_pandas(examples):
+    """Importing benchfill.data and loading a CSV.GZ, a wide CSV, a JSONL file and an items table leave pandas
+    unimported (it costs ~0.3 s of every command); only to_long and responses_from_frame import it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tempfile, pathlib, benchfill.data as d\n"
+        "assert 'pandas' not in sys.modules\n"
+        f"r = d.load_responses({str(examples / 'math500.responses.csv.gz')!r})\n"
+        "t = pathlib.Path(tempfile.mkdtemp())\n"
+        "(t / 'w.csv').write_text('model,q1,q2\\na,1,0\\nb,1,1\\n')\n"
+        "(t / 'r.jsonl').write_text('{\"model\": \"a\", \"item_id\": \"q1\", \"n_correct\": 1, \"n_trials\": 2}\\n'\n"
+        "                           '{\"model\": \"b\", \"item_id\": \"q1\", \"n_correct\": 0, \"n_trials\": 2}\\n')\n"
+        "(t / 'i.csv').write_text('item_id,benchmark\\nq1,\"A, B\"\\nq2,C\\n')\n"
+        "d.load_responses(t / 'w.csv'); d.load_responses(t / 'r.jsonl')\n"
+        "assert d.read_item_groups(t / 'i.csv', 'benchmark', ['q1', 'q2']) == {'A, B': ['q1'], 'C': ['q2']}\n"
+        "assert 'pandas' not in sys.modules, 'pandas imported on the load path'\n"
+        "assert len(r.to_long()) > 0 and 'pandas' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+LONG_HEADER = "model,item_id,n_correct,n_trials\n"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (LONG_HEADER + "a,q1,1,4\nb,q1,1,4,9\n", "not a valid CSV (expected 4 fields in line 3, saw 5)"),
+        # blank lines count as lines here (the line number is the file's)
+        (LONG_HEADER + "a,q1,1,4\n\n\nb,q1,1,4,9\n", "not a valid CSV (expected 4 fields in line 5, saw 5)"),
+        # the first data row too (pandas silently took its first field as an index)
+        (LONG_HEADER + "a,q1,1,4,4\nb,q1,1,4,4\n", "not a valid CSV (expected 4 fields in line 2, saw 5)"),
+        (LONG_HEADER + '"a","q1",1,4\nb,q1,1,4,"x"\n', "not a valid CSV (expected 4 fields in line 3, saw 5)"),
+        ("model,q1,q2\na,1,0\nb,1,1,1\n", "not a valid CSV (expected 3 fields in line 3, saw 4)"),
+        (LONG_HEADER + 'a,q1,1,4\nb,"q1,1,4\nc,q1,1,4\n',
+         "not a valid CSV (a quoted field in the row at line 3 is never closed)"),
+    ],
+)
+def test_a_row_with_too_many_fields_or_an_open_quote_is_not_a_valid_csv(tmp_path, text, message):
+    path = write(tmp_path, "bad.csv", text)
+    with pytest.raises(InputError) as info:
+        load_responses(path)
+    assert str(info.value) == f"{path}: {message}"
+
+
+def test_quoted_fields_spaces_and_blank_lines(tmp_path):
+    text = ('model,item_id,n_correct,n_trials,task\r\n"a, the model", "q,1",1,4, "T, x"\r\n\r\n   \r\n'
+            'b ,  q2 , 2 ,4,T2\r\n"b","q""3",0,4,T3\r\n"a, the model",q2,0,1,T2\r\nb,"q,1",3,4,"T, x"\r\n')
+    r = load_responses(write(tmp_path, "q.csv", text))
+    assert r.models == ["a, the model", "b"] and r.item_ids == ["q,1", "q2", 'q"3']
+    assert r.n_correct.tolist() == [[1, 0, 0], [3, 2, 0]] and r.n_trials.tolist() == [[4, 1, 0], [4, 4, 4]]
+    assert r.meta["groups"]["task"] == {"q,1": "T, x", "q2": "T2", 'q"3': "T3"}
+    # blank and whitespace-only lines are skipped and not counted: the duplicate names the data rows 2 and 5
+    dup = write(tmp_path, "d.csv", LONG_HEADER + '"a",q1,1,4\n\n  \nb,q1,1,4\nc,q1,1,4\n"a", q1,1,4\n')
+    with pytest.raises(InputError, match=r"row 5: duplicate row for model=a, item_id=q1 \(first at row 2\)"):
+        load_responses(dup)
+
+
+@pytest.mark.parametrize(
+    "text, row, rule",
+    [
+        ("model,item_id,n_correct,n_trials\na,q1,1,4\nb,q1,1\n", 3, "n_trials='' is missing, NaN or not a number"),
+        ("model,item_id,n_correct,n_trials\na,q1,1,4\nb,q1\n", 3, "n_correct='' is missing, NaN or not a number"),
+        ("model,item_id,n_correct,n_trials\na,q1,1,4\nb\n", 3, "item_id is empty"),
+        ('model,item_id,n_correct,n_trials\na,"q,1",1,4\n"b"\n', 3, "item_id is empty"),
+    ],
+)
+def test_a_row_with_fewer_fields_reads_the_missing_ones_as_empty(tmp_path, text, row, rule):
+    path = write(tmp_path, "short.csv", text)
+    with pytest.raises(InputError) as info:
+        load_responses(path)
+    assert str(info.value) == f"{path}: row {row}: {rule}"
+
+
+def test_wide_short_rows_and_repeated_or_unnamed_columns(tmp_path):
+    # a short row: the missing cells are blank (not attempted); a repeated column name reads as <name>.1 and an
+    # unnamed one as "Unnamed: <i>", as pandas named them
+    r = load_responses(write(tmp_path, "w.csv", "model,q1,q1,,q2\na,1,0\nb,1,1,true,0.0\n"))
+    assert r.item_ids == ["q1", "q1.1", "Unnamed: 3", "q2"]
+    assert r.n_trials.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]] and r.n_correct.tolist() == [[1, 0, 0, 0], [1, 1, 1, 0]]
+
+
+def test_counts_read_like_numbers(tmp_path):
+    rows = "a,q1, 1.0 ,4e0\nb,q1,+2,004\n"
+    r = load_responses(write(tmp_path, "n.csv", "model,item_id,n_correct,n_trials\n" + rows))
+    assert r.n_correct.tolist() == [[1], [2]] and r.n_trials.tolist() == [[4], [4]]
+    for bad in ("1_0", "٣", "inf", "0x1"):
+        with pytest.raises(InputError, match=f"row 3: n_correct='{bad}' is missing, NaN or not a number"):
+            load_responses(write(tmp_path, "b.csv", f"model,item_id,n_correct,n_trials\na,q1,1,4\nb,q1,{bad},4\n"))
+
+
+def test_a_frame_is_validated_like_a_file():
+    import pandas as pd
+
+    from benchfill.data import responses_from_frame
+
+    frame = pd.DataFrame({"model": ["a", "b"], "item_id": ["q1", "q1"], "n_correct": [1, None], "n_trials": [4, 4]})
+    with pytest.raises(InputError, match=r"<DataFrame>: row 2: n_correct=nan is missing, NaN or not a number"):
+        responses_from_frame(frame)
+    frame = pd.DataFrame({"model": ["a", "b"], "item_id": ["q1", "q1"], "n_correct": [1.0, 2], "n_trials": [4, 4]})
+    assert responses_from_frame(frame).n_correct.tolist() == [[1], [2]]
+
+
+def test_item_groups_quoted_and_short_rows(tmp_path):
+    table = write(tmp_path, "t.csv", 'item_id,benchmark,note\nq1,"A, a",x\n\nq2,B\n"q3","A, a"\nq9,C,y\n')
+    assert read_item_groups(table, "benchmark", ["q1", "q2", "q3"]) == {"A, a": ["q1", "q3"], "B": ["q2"]}
+    with pytest.raises(InputError, match=r"row 1: missing column 'task'"):
+        read_item_groups(table, "task", ["q1"])
+    with pytest.raises(InputError, match=r"not a valid CSV \(expected 3 fields in line 3, saw 4\)"):
+        read_item_groups(write(tmp_path, "u.csv", "item_id,benchmark,note\nq1,A,x\nq2,B,y,z\n"), "benchmark", ["q1"])
