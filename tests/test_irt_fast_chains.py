@@ -81,6 +81,7 @@ def test_workers_start_safely_with_another_thread_alive(monkeypatch):
     import threading
 
     monkeypatch.setattr(fast, "PARALLEL_MIN_DRAWS", 0)
+    monkeypatch.setattr(fast, "FORK_MIN_DRAWS", 0)
     monkeypatch.setattr(fast, "available_cores", lambda: 2)
     rng = np.random.default_rng(8)
     theta, b = rng.normal(size=12), rng.normal(size=80)

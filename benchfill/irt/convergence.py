@@ -19,6 +19,8 @@ What makes it fast:
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 CONST_VAR = 1e-24  # a chain set of z-scores or indicators with less variance is constant (ArviZ: ESS = its size)
@@ -221,17 +223,51 @@ def diagnostics_block(x: np.ndarray, table: np.ndarray | None = None) -> tuple[n
     return rhat, bulk, tail
 
 
-def rank_diagnostics(draws: np.ndarray, block: int = 1024) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(C, S, K) draws (any float dtype; float32 kept as is) -> R-hat, bulk ESS, tail ESS, each (K,)."""
+FORK_MIN_VALUES = 1_000_000  # draws x parameters from which the parameters are split over forked processes
+# (~0.15 s of work here; a fork costs ~0.03 s)
+
+
+Diagnostics = tuple[np.ndarray, np.ndarray, np.ndarray]  # R-hat, bulk ESS, tail ESS, each (K,)
+
+
+def rank_diagnostics(draws: np.ndarray, block: int = 1024, processes: int | None = None) -> Diagnostics:
+    """(C, S, K) draws (any float dtype; float32 kept as is) -> R-hat, bulk ESS, tail ESS, each (K,).
+
+    ``processes``: how many processes share the parameters (this one and forked ones, see
+    :func:`benchfill.forking.forked_map`); None = the cores available when there are at least
+    ``FORK_MIN_VALUES`` draws in all, else one."""
+    from benchfill.forking import forked_map
+
+    some, bounds = _split_parameters(draws, block, processes)
+    return _joined(forked_map(some, bounds))
+
+
+def _split_parameters(draws: np.ndarray, block: int, processes: int | None
+                      ) -> tuple[Callable[[tuple[int, int]], Diagnostics], list[tuple[int, int]]]:
+    from benchfill.forking import available_cores
+
     draws = np.asarray(draws)
     if draws.ndim == 2:
         draws = draws[:, :, None]
     C, S, K = draws.shape
-    rhat, bulk, tail = np.empty(K), np.empty(K), np.empty(K)
     half = S // 2
     table = _ppf_table(2 * C * half) if half else None
-    for k0 in range(0, K, block):
-        x = np.ascontiguousarray(np.moveaxis(draws[:, :, k0 : k0 + block], 2, 0))
-        r, b, t = diagnostics_block(x, table)
-        rhat[k0 : k0 + block], bulk[k0 : k0 + block], tail[k0 : k0 + block] = r, b, t
-    return rhat, bulk, tail
+    if processes is None:
+        processes = available_cores() if draws.size >= FORK_MIN_VALUES else 1
+    processes = max(1, min(processes, K))
+
+    def some(bounds: tuple[int, int]) -> Diagnostics:
+        lo, hi = bounds
+        rhat, bulk, tail = np.empty(hi - lo), np.empty(hi - lo), np.empty(hi - lo)
+        for k0 in range(lo, hi, block):
+            k1 = min(k0 + block, hi)
+            x = np.ascontiguousarray(np.moveaxis(draws[:, :, k0:k1], 2, 0))
+            rhat[k0 - lo : k1 - lo], bulk[k0 - lo : k1 - lo], tail[k0 - lo : k1 - lo] = diagnostics_block(x, table)
+        return rhat, bulk, tail
+
+    cuts = np.linspace(0, K, processes + 1).astype(int)
+    return some, list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
+
+
+def _joined(parts: list[Diagnostics]) -> Diagnostics:
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))  # type: ignore[return-value]

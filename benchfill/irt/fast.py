@@ -51,6 +51,7 @@ from typing import Callable
 import numpy as np
 
 from benchfill.data import ResponseMatrix
+from benchfill.forking import available_cores, start_method
 from benchfill.irt.fit import register_sampler
 from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings
 
@@ -711,6 +712,8 @@ MIN_KISH = 0.5  # below this importance efficiency of the proposal the abilities
 BURN_IN = 100  # states each chain discards (at most ``tune``)
 PARALLEL_MIN_DRAWS = 20_000_000  # b draws (chains x draws x items) from which chains run in worker processes
 PARALLEL_MIN_KEYS = 500  # ... or likelihood keys (each costs quadrature at every ability draw)
+FORK_MIN_DRAWS = 200_000  # the same, where workers are forked (~0.05 s; a fork server costs ~1 s): measured on
+# 12 models x 100 items x 4 rollouts, 4 x 1,000 draws, 2 cores: 0.82 s in one process, 0.61 s in two
 START_SPREAD = 2.0  # chains start from proposal draws this many times farther from its centre
 
 
@@ -1064,31 +1067,35 @@ class _ChainJob:
     names: list[str]
     proposal: Proposal | None  # None: NUTS
 
-    def run(self, settings: SamplerSettings, part: int, b_out: np.ndarray) -> tuple[np.ndarray, int, np.ndarray, float]:
-        """Fill ``b_out`` (C, S, I) with difficulty draws; -> theta (C, S, J), divergences, per-chain acceptance
-        (NaN under NUTS), edge ratio."""
+    def run(self, settings: SamplerSettings, first_chain: int, b_out: np.ndarray
+            ) -> tuple[np.ndarray, int, np.ndarray, float]:
+        """Chains ``first_chain`` .. ``first_chain + settings.chains - 1`` of the fit: fill ``b_out`` (C, S, I)
+        with their difficulty draws; -> theta (C, S, J), divergences, per-chain acceptance (NaN under NUTS),
+        edge ratio.
+
+        Under IMH each chain draws from its own random stream, seeded by (seed, chain number): the draws are the
+        same whichever process runs which chains (one process, or the chains split over forked or served
+        workers, on any number of cores)."""
         mg = self.marginal
-        seq = [settings.seed, 0x1F7] if part == 0 else [settings.seed, 0x1F7, part]
-        theta_rng, b_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seq).spawn(2))
-        if self.proposal is not None:
-            theta, accept = sample_theta_imh(mg.model, self.proposal, settings.chains,
-                                             min(settings.tune, BURN_IN), settings.draws, theta_rng)
-            div = 0
-        else:
-            theta, div = _sample_theta(mg.model, mg.mode, mg.cov, settings, self.names)
-            accept = np.full(theta.shape[0], np.nan)
-        C, S, J = theta.shape
-        flat = theta.reshape(C * S, J)
-        _, edge = draw_difficulties(mg.model.keys, mg.draw_blocks(flat), flat, b_rng, b_out.reshape(C * S, -1))
-        return theta, div, accept, edge
-
-
-def available_cores() -> int:
-    """CPU cores this process may run on (its affinity mask where the OS has one)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # pragma: no cover - macOS / Windows
-        return max(1, os.cpu_count() or 1)
+        if self.proposal is None:  # NUTS: nutpie seeds its chains from one seed per call
+            theta, div = _sample_theta(mg.model, mg.mode, mg.cov,
+                                       replace(settings, seed=settings.seed + 7919 * first_chain), self.names)
+            C, S, J = theta.shape
+            flat = theta.reshape(C * S, J)
+            b_rng = np.random.default_rng(np.random.SeedSequence([settings.seed, 0x1F7, first_chain, 1]))
+            _, edge = draw_difficulties(mg.model.keys, mg.draw_blocks(flat), flat, b_rng, b_out.reshape(C * S, -1))
+            return theta, div, np.full(C, np.nan), edge
+        thetas, accept, edge = [], np.empty(settings.chains), -np.inf
+        for c in range(settings.chains):
+            seq = np.random.SeedSequence([settings.seed, 0x1F7, first_chain + c])
+            theta_rng, b_rng = (np.random.default_rng(s) for s in seq.spawn(2))
+            theta, acc = sample_theta_imh(mg.model, self.proposal, 1, min(settings.tune, BURN_IN), settings.draws,
+                                          theta_rng)
+            flat = theta[0]
+            _, e = draw_difficulties(mg.model.keys, mg.draw_blocks(flat), flat, b_rng, b_out[c])
+            thetas.append(theta)
+            accept[c], edge = acc[0], max(edge, e)
+        return np.concatenate(thetas), 0, accept, edge
 
 
 def _chain_split(settings: SamplerSettings) -> list[SamplerSettings]:
@@ -1098,7 +1105,7 @@ def _chain_split(settings: SamplerSettings) -> list[SamplerSettings]:
     if procs < 2:
         return [settings]
     sizes = [settings.chains // procs + (k < settings.chains % procs) for k in range(procs)]
-    return [replace(settings, chains=c, seed=settings.seed + 7919 * k) for k, c in enumerate(sizes)]
+    return [replace(settings, chains=c) for c in sizes]
 
 
 class _SharedFile:
@@ -1139,38 +1146,25 @@ def _attach(path: str, shape: tuple[int, int, int], dtype: str) -> np.ndarray:
 _FORKED: tuple[_ChainJob, np.ndarray] | None = None
 
 
-def _worker_run(job: _ChainJob, settings: SamplerSettings, part: int, b_out: np.ndarray):
+def _worker_run(job: _ChainJob, settings: SamplerSettings, first_chain: int, b_out: np.ndarray):
     from threadpoolctl import threadpool_limits
 
     # one BLAS thread per worker: each worker already has a core (measured: 2 x 2 OpenBLAS threads made a
     # guessing fit 5x slower than the same work in one process)
     with threadpool_limits(limits=1):
-        return job.run(settings, part, b_out)
+        return job.run(settings, first_chain, b_out)
 
 
-def _forked_run(args: tuple[SamplerSettings, int, int]):
+def _forked_run(args: tuple[SamplerSettings, int]):
     assert _FORKED is not None
     job, b_out = _FORKED
-    settings, part, c0 = args
-    return _worker_run(job, settings, part, b_out[c0 : c0 + settings.chains])
+    settings, c0 = args
+    return _worker_run(job, settings, c0, b_out[c0 : c0 + settings.chains])
 
 
-def _server_run(args: tuple[_ChainJob, SamplerSettings, int, int, str, tuple[int, int, int], str]):
-    job, settings, part, c0, path, shape, dtype = args
-    return _worker_run(job, settings, part, _attach(path, shape, dtype)[c0 : c0 + settings.chains])
-
-
-def start_method() -> str | None:
-    """How chain workers start: "fork" when this process runs no other thread (nothing can hold a lock across
-    the fork; OpenBLAS stops its own pool in its at-fork handler), else "forkserver" (children forked from a
-    single-threaded server, the job pickled to them); None where neither exists."""
-    import multiprocessing as mp
-    import threading
-
-    methods = mp.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1:
-        return "fork"
-    return "forkserver" if "forkserver" in methods else None
+def _server_run(args: tuple[_ChainJob, SamplerSettings, int, str, tuple[int, int, int], str]):
+    job, settings, c0, path, shape, dtype = args
+    return _worker_run(job, settings, c0, _attach(path, shape, dtype)[c0 : c0 + settings.chains])
 
 
 def _warm_forkserver() -> None:
@@ -1187,6 +1181,16 @@ def _warm_forkserver() -> None:
         log.info("fast IRT: could not start the fork server early (%s)", exc)
 
 
+def _wait(result):
+    """The pool's results, with a progress beat every fraction of a second while the workers run."""
+    from benchfill.progress import BEAT_S, beat
+
+    while not result.ready():
+        result.wait(BEAT_S)
+        beat()
+    return result.get()
+
+
 def _run_parallel(job: _ChainJob, parts: list[SamplerSettings], out: _SharedFile):
     """Run each part in its own process writing into ``out``; None if that is unavailable or fails, and the
     caller falls back to one process."""
@@ -1201,13 +1205,12 @@ def _run_parallel(job: _ChainJob, parts: list[SamplerSettings], out: _SharedFile
         if method == "fork":
             _FORKED = (job, out.array)
             with mp.get_context("fork").Pool(len(parts)) as pool:
-                return pool.map(_forked_run, [(p, k, int(c0)) for k, (p, c0) in enumerate(zip(parts, offsets))])
+                return _wait(pool.map_async(_forked_run, [(p, int(c0)) for p, c0 in zip(parts, offsets)]))
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["benchfill.irt.fast"])
-        tasks = [(job, p, k, int(c0), out.path, out.shape, out.dtype.str)
-                 for k, (p, c0) in enumerate(zip(parts, offsets))]
+        tasks = [(job, p, int(c0), out.path, out.shape, out.dtype.str) for p, c0 in zip(parts, offsets)]
         with ctx.Pool(len(parts)) as pool:
-            return pool.map(_server_run, tasks)
+            return _wait(pool.map_async(_server_run, tasks))
     except Exception as exc:  # pragma: no cover - e.g. a sandbox without fork
         log.warning("fast IRT: parallel chains failed (%s); sampling in one process", exc)
         return None
@@ -1264,9 +1267,11 @@ def _fit_fast(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSetting
     t1 = time.perf_counter()
     job = _ChainJob(marginal, list(responses.models), proposal if use_imh else None)
     C, S = settings.chains, settings.draws
-    # worker processes cost ~0.1 s to fork and ~1 s to start through a fork server (when another thread, e.g. a
-    # progress display, is alive): worth it only for large fits
-    big = not use_imh or C * S * I >= PARALLEL_MIN_DRAWS or keys.n_keys >= PARALLEL_MIN_KEYS
+    # worker processes cost ~0.05 s to fork, but ~1 s to start through a fork server (when another thread is
+    # alive): forked, they pay from small fits on; served, only for large ones
+    forks = start_method() == "fork"
+    big = (not use_imh or C * S * I >= (FORK_MIN_DRAWS if forks else PARALLEL_MIN_DRAWS)
+           or keys.n_keys >= PARALLEL_MIN_KEYS)
     parts = _chain_split(settings) if big else [settings]
     dtype = B_DTYPE
     results = None

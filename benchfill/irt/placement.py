@@ -20,6 +20,7 @@ from threadpoolctl import threadpool_limits
 
 from benchfill.data import ResponseMatrix
 from benchfill.errors import InputError
+from benchfill.forking import available_cores, forked_map
 from benchfill.irt import fast
 from benchfill.irt.model import IRTFit, thin_draws
 from benchfill.irt.scale import Scale
@@ -183,6 +184,8 @@ def key_posterior_moments(theta_draws: np.ndarray, n_correct: np.ndarray, n_tria
 
 
 KEY_CHUNK_ELEMENTS = 200_000
+FORK_MIN_NODES = 20_000_000  # keys x grid nodes x draws from which the keys are split over forked processes
+# (~0.15 s of work; a fork costs ~0.03 s)
 EXACT_DRAWS = 1000  # ability draws behind every exact per-key moment of a benchmark's own items
 
 
@@ -278,26 +281,36 @@ def grid_key_moments(theta_draws: np.ndarray, n_correct: np.ndarray, n_trials: n
     if G > max_nodes and prior_sd == 1.0:  # many trials per item: narrow posteriors, cheaper in per-key windows
         return key_posterior_moments(draws, n_correct, n_trials, guessing)
     grid = lo + h * np.arange(G)
-    m1 = np.zeros(keys.n_keys)
-    m2 = np.zeros(keys.n_keys)
     step = max(1, KEY_CHUNK_ELEMENTS // G)  # keys per chunk: the (keys, G) temporaries stay in cache
-    with threadpool_limits(1):  # small products: BLAS threads only contend (3-4x slower on 2 busy cores)
-        _accumulate_grid_moments(keys, draws, grid, step, m1, m2, prior_sd)
-    m1 /= len(draws)
-    m2 /= len(draws)
+
+    def some(bounds: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        m1, m2 = np.zeros(bounds[1] - bounds[0]), np.zeros(bounds[1] - bounds[0])
+        with threadpool_limits(1):  # small products: BLAS threads only contend (3-4x slower on 2 busy cores)
+            _accumulate_grid_moments(keys, draws, grid, step, m1, m2, prior_sd, bounds)
+        return m1, m2
+
+    # the keys split over forked processes when there is enough work (each process computes its own keys)
+    procs = available_cores() if keys.n_keys * G * len(draws) >= FORK_MIN_NODES else 1
+    cuts = np.linspace(0, keys.n_keys, min(procs, keys.n_keys) + 1).astype(int)
+    parts = forked_map(some, list(zip(cuts[:-1].tolist(), cuts[1:].tolist())))
+    m1 = np.concatenate([p[0] for p in parts]) / len(draws)
+    m2 = np.concatenate([p[1] for p in parts]) / len(draws)
     return KeyMoments(mean=m1, sd=np.sqrt(np.maximum(m2 - m1**2, 0.0)), item_key=keys.item_key)
 
 
 def _accumulate_grid_moments(keys: fast.ItemKeys, draws: np.ndarray, grid: np.ndarray, step: int, m1: np.ndarray,
-                             m2: np.ndarray, prior_sd: float = 1.0) -> None:
-    """Add each key's first and second moment of b under every draw's conditional (trapezoid weights on grid)."""
+                             m2: np.ndarray, prior_sd: float = 1.0, bounds: tuple[int, int] | None = None) -> None:
+    """Add each key's first and second moment of b under every draw's conditional (trapezoid weights on grid);
+    ``bounds``: only keys lo..hi - 1, whose moments go to m1[0..hi - lo - 1], m2 (default: every key)."""
+    lo, hi = bounds or (0, keys.n_keys)
     prior = -0.5 * (grid / prior_sd) ** 2
     per_draw = []
     for theta in draws:
         X = theta[:, None] - grid[None, :]  # (J, G)
         per_draw.append((X, fast.softplus(X)))  # log(1 + e^X); log sigmoid = X - sp, log(1 - sigmoid) = -sp
-    for start in range(0, keys.n_keys, step):
-        part = slice(start, min(keys.n_keys, start + step))
+    for start in range(lo, hi, step):
+        part = slice(start, min(hi, start + step))
+        out = slice(part.start - lo, part.stop - lo)
         # float counts: an integer operand would take numpy's slow non-BLAS matmul
         n_k, y_k, r_k, c_k = (np.asarray(a[part], dtype=float) for a in (keys.n, keys.y, keys.r, keys.c))
         groups = [(cv, np.flatnonzero(c_k == cv)) for cv in np.unique(c_k[c_k > 0])]
@@ -310,5 +323,5 @@ def _accumulate_grid_moments(keys: fast.ItemKeys, draws: np.ndarray, grid: np.nd
             ell -= ell.max(1, keepdims=True)
             p = np.exp(ell)
             p /= p.sum(1, keepdims=True)
-            m1[part] += p @ grid
-            m2[part] += p @ grid**2
+            m1[out] += p @ grid
+            m2[out] += p @ grid**2

@@ -1,0 +1,86 @@
+"""Work split over forked processes, where forking is safe.
+
+A fork copies only the forking thread: a lock another thread holds at that moment stays held forever in the child.
+So work is forked only while this process runs no other thread (the command line's status line runs none, see
+:class:`benchfill.cli_support.StatusLine`); otherwise it runs here, or, for the IRT chains, through a fork server.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Sequence, TypeVar
+
+P = TypeVar("P")
+R = TypeVar("R")
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - macOS / Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def start_method() -> str | None:
+    """How worker processes start: "fork" when this process runs no other thread (nothing can hold a lock across
+    the fork; OpenBLAS stops its own pool in its at-fork handler), else "forkserver" (children forked from a
+    single-threaded server, the work pickled to them); None where neither exists."""
+    import multiprocessing as mp
+    import threading
+
+    methods = mp.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else None
+
+
+def _child(fn: Callable[[Any], Any], part: Any, conn: Any) -> None:  # pragma: no cover - runs in the child
+    try:
+        conn.send((True, fn(part)))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which redoes the part itself
+        conn.send((False, f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def forked_start(fn: Callable[[P], R], parts: Sequence[P]) -> Callable[[], list[R]]:
+    """Start ``fn(p)`` for every part, each in a forked child, and return at once: calling the returned function
+    waits for them and gives ``[fn(p) for p in parts]``, while this process does other work meanwhile. Where fork is
+    not safe the parts are computed when the result is asked for, here; so is a part whose child failed."""
+    import multiprocessing as mp
+
+    if not parts or start_method() != "fork":
+        return lambda: [fn(p) for p in parts]
+    ctx = mp.get_context("fork")
+    kids = []
+    for part in parts:
+        recv, send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_child, args=(fn, part, send), daemon=True)
+        proc.start()
+        send.close()
+        kids.append((proc, recv))
+
+    def result() -> list[R]:
+        out = []
+        for part, (proc, recv) in zip(parts, kids):
+            try:
+                ok, value = recv.recv()
+            except (EOFError, OSError):
+                ok, value = False, None
+            recv.close()
+            proc.join()
+            out.append(value if ok else fn(part))
+        return out
+
+    return result
+
+
+def forked_map(fn: Callable[[P], R], parts: Sequence[P]) -> list[R]:
+    """``[fn(p) for p in parts]``: the first part in this process and each other one in a forked child, which
+    sees this process's memory as it is (no pickling of the inputs; results are pickled back). One after another
+    in this process when fork is not safe or there is one part; a part whose child fails is redone here."""
+    if len(parts) < 2:
+        return [fn(p) for p in parts]
+    rest = forked_start(fn, parts[1:])
+    return [fn(parts[0])] + rest()
