@@ -14,7 +14,7 @@ import typer
 
 from benchfill.cli_support import (
     JsonFlagCommand, console, did_you_mean, err_console, friendly_errors, install_sigint_handler, is_stdout, lit,
-    quiet_worker_start, result_console,
+    StatusLine, quiet_worker_start, result_console,
     write_json_result,
 )
 from benchfill.errors import InputError
@@ -94,18 +94,22 @@ def _run_diagnosis(responses, items, guessing, choices, sampler: str, chains: in
     sc = status_console or console
     what = " and leave-one-model-out refits" if robustness else ""
     if (sampler or api.DEFAULT_SAMPLER) == "fast":
-        quiet_worker_start()  # the chains' fork server ignores Ctrl-C: one "interrupted" line, no worker tracebacks
-    with sc.status(f"fitting IRT on {responses.shape[0]} models x {responses.shape[1]} items with "
-                   f"{sampler or api.DEFAULT_SAMPLER}{what} ...") as status:
-        started = time.perf_counter()
-
-        def on_stage(text: str) -> None:  # the status line names the stage it is in, and the time so far
-            status.update(lit(f"{text} ... ({time.perf_counter() - started:.1f} s)"))
-
+        _quiet_workers_if_served()
+    with StatusLine(sc, f"fitting IRT on {responses.shape[0]} models x {responses.shape[1]} items with "
+                        f"{sampler or api.DEFAULT_SAMPLER}{what}") as status:
         return api.diagnose(responses, items=items, sampler=sampler or api.DEFAULT_SAMPLER, chains=chains,
                             tune=tune, draws=draws, seed=seed, guessing=guessing, choices=choices,
                             robustness=robustness, top_gaps=max(top_gaps or 0, api.DIAGNOSIS_GAPS),
-                            on_stage=on_stage)
+                            on_stage=status.stage)
+
+
+def _quiet_workers_if_served() -> None:
+    """The fit's workers are forked when no other thread runs (the status line runs none); only where they must
+    come from a fork server is it started now, Ctrl-C-proof (starting one costs a second of another core)."""
+    from benchfill.forking import start_method
+
+    if start_method() != "fork":
+        quiet_worker_start()
 
 
 @app.command()
@@ -129,7 +133,7 @@ def diagnose(
     force: bool = typer.Option(False, "--force", help="overwrite an earlier diagnosis in the default folder runs/<name>/"),
 ) -> None:
     """Estimate item difficulty with IRT and diagnose the benchmark: DDM, gaps, flags, checks, picture, JSON."""
-    from benchfill.diagnostics.render import diagnosis_tables
+    from benchfill.diagnostics.picture import Painter
 
     _check_fit_options(sampler, chains, tune, draws, guessing, choices, top_gaps)
     out = result_console(json_out)
@@ -138,29 +142,42 @@ def diagnose(
     if json_out is None and default_json.exists() and not force:
         raise InputError(str(default_json), "exists (an earlier diagnose of this file): pass --force to overwrite "
                                             "it, or --json PATH to write elsewhere")
-    clock = time.perf_counter()
-    resp, its = _panel(responses, items, models, models_file)
-    load_s = time.perf_counter() - clock
-    _selection_note(resp)
-    dg = _run_diagnosis(resp, its, guessing, choices, sampler, chains, tune, draws, seed, robustness,
-                        status_console=err_console, top_gaps=top_gaps)
-    dg.timings = {"load": round(load_s, 3), **dg.timings}
+    # forked now, the picture's process imports matplotlib on the other core while this one imports the
+    # statistics, loads and fits
+    with Painter() as painter:
+        from benchfill.diagnostics.render import diagnosis_tables
+
+        clock = time.perf_counter()
+        resp, its = _panel(responses, items, models, models_file)
+        load_s = time.perf_counter() - clock
+        _selection_note(resp)
+        dg = _run_diagnosis(resp, its, guessing, choices, sampler, chains, tune, draws, seed, robustness,
+                            status_console=err_console, top_gaps=top_gaps)
+        dg.timings = {"load": round(load_s, 3), **dg.timings}
+        overwrote = _save_diagnosis(dg, files_json, png, json_out, top_gaps, painter)
+    out.print(diagnosis_tables(dg, n_gaps=top_gaps))
     png = png or files_json.with_suffix(".png")
     scale_path = files_json.with_suffix(".scale.npz")
+    what = f"{png}, {scale_path}" if is_stdout(json_out) else f"{files_json}, {png}, {scale_path}"
+    out.print(f"wrote {what}" + (" (overwrote the earlier diagnosis)" if overwrote else ""),
+              markup=False, highlight=False, soft_wrap=True)
+
+
+def _save_diagnosis(dg, files_json: Path, png: Optional[Path], json_out: Optional[str], top_gaps: int,
+                    painter) -> bool:
+    """Write the JSON (or send it to stdout), the picture and the scale; -> whether an earlier JSON was replaced."""
+    png = png or files_json.with_suffix(".png")
     try:
-        for folder in {png.parent, scale_path.parent, files_json.parent}:
+        for folder in {png.parent, files_json.parent}:
             folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(str(exc.filename or files_json.parent), f"cannot create the folder ({exc.strerror})") from None
     overwrote = files_json.exists() and not is_stdout(json_out)
-    dg.save(files_json, png, n_gaps=top_gaps, write_json=not is_stdout(json_out))
+    dg.save(files_json, png, n_gaps=top_gaps, write_json=not is_stdout(json_out), painter=painter)
     if is_stdout(json_out):  # the JSON goes to stdout; the picture and the scale stay in the folder
         dg.files["json"] = "-"
         write_json_result("-", dg)
-    out.print(diagnosis_tables(dg, n_gaps=top_gaps))
-    what = f"{png}, {scale_path}" if is_stdout(json_out) else f"{files_json}, {png}, {scale_path}"
-    out.print(f"wrote {what}" + (" (overwrote the earlier diagnosis)" if overwrote else ""), markup=False,
-              highlight=False, soft_wrap=True)
+    return overwrote
 
 
 @app.command()
@@ -194,7 +211,9 @@ def suite(
         con.print(f"{name}: {dg.n_items} items, plug-in DDM {dg.ddm:.3f}, max gap {dg.max_gap:.3f} "
                   f"({dg.sampler.wall_time_s:.1f} s)", style="dim", markup=False, highlight=False)
 
-    with err_console.status(f"fitting one IRT model per benchmark of {responses.name} ..."):
+    if (sampler or api.DEFAULT_SAMPLER) == "fast":
+        _quiet_workers_if_served()
+    with StatusLine(err_console, f"fitting one IRT model per benchmark of {responses.name}"):
         result = api.suite(resp, by=by, items_table=items_table, sampler=sampler, chains=chains, tune=tune,
                            draws=draws, seed=seed, choices=choices, on_benchmark=progress)
     summary_path = result.save(out)

@@ -145,6 +145,47 @@ def install_sigint_handler() -> None:
         pass
 
 
+class StatusLine:
+    """A one-line status (spinner, stage, seconds so far) redrawn by the caller, not by a thread: by each
+    :meth:`stage` and by each :func:`benchfill.progress.beat` inside the block. rich's own status runs a refresh
+    thread, and while any thread is alive the IRT fit cannot fork its workers (it starts them through a fork
+    server instead, ~1 s slower)."""
+
+    def __init__(self, con: Console, text: str) -> None:
+        from rich.live import Live
+        from rich.spinner import Spinner
+
+        self._text, self._started = text, 0.0
+        self._spinner = Spinner("dots", text=text, style="status.spinner")
+        self._live = Live(self._spinner, console=con, auto_refresh=False, transient=True)
+
+    def __enter__(self) -> "StatusLine":
+        import time
+
+        from benchfill.progress import on_beat
+
+        self._started = time.perf_counter()
+        self._live.start(refresh=True)
+        self._beats = on_beat(self.tick)
+        self._beats.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._beats.__exit__(*exc)
+        self._live.stop()
+
+    def stage(self, text: str) -> None:
+        """Name the stage now running (shown with the seconds since the start)."""
+        self._text = text
+        self.tick()
+
+    def tick(self) -> None:
+        import time
+
+        self._spinner.update(text=lit(f"{self._text} ... ({time.perf_counter() - self._started:.1f} s)"))
+        self._live.refresh()
+
+
 def quiet_worker_start() -> None:
     """Start multiprocessing's helper processes (the fork server the IRT chains use when threads are running, and
     the resource tracker) with SIGINT ignored: a disposition that survives their exec, so Ctrl-C reaches only this

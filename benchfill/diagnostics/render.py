@@ -11,6 +11,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from benchfill.diagnostics.picture import Picture, write_picture
 from benchfill.diagnostics.report import Diagnosis
 
 
@@ -132,44 +133,24 @@ def suite_table(rows: Sequence[tuple[str, Diagnosis]], title: str) -> Table:
     return t
 
 
-def diagnosis_figure(dg: Diagnosis, n_gaps: int = 5):
-    """The picture as a matplotlib Figure: ECDF of normalised difficulty against the uniform, items on the axis,
-    largest gaps shaded."""
-    from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global figure state
-
-    d = np.sort(dg.d_values())
-    n = len(d)
-    fig = Figure(figsize=(7.5, 5.0), dpi=120)
-    ax = fig.subplots()
-    for k, g in enumerate(dg.gaps[:n_gaps]):
-        ax.axvspan(g.lo, g.hi, color="tab:red", alpha=0.18, lw=0, label="largest gaps" if k == 0 else None)
-        ax.text(g.mid, 1.01, str(k + 1), ha="center", va="bottom", fontsize=8, color="tab:red")
-    ax.plot([0, 1], [0, 1], color="0.4", ls="--", lw=1, label="uniform target")
-    ax.step(np.concatenate([[0], d, [1]]), np.concatenate([[0], np.arange(1, n + 1) / n, [1]]), where="post",
-            color="tab:blue", lw=1.6, label="ECDF of d")
-    ax.plot(d, np.full(n, -0.03), "|", color="k", ms=10, alpha=0.6 if n < 500 else 0.15, label="items")
-    ax.set_xlim(-0.01, 1.01)
-    ax.set_ylim(-0.06, 1.06)
-    ax.set_xlabel("normalised difficulty d (0 = easiest item, 1 = hardest)")
-    ax.set_ylabel("share of items with difficulty <= d")
+def picture_of(dg: Diagnosis, n_gaps: int = 5) -> Picture:
     name = Path(dg.source).name
     tag = " [MAP preview]" if dg.sampler.preview else ""
-    ax.set_title(f"{name}: {dg.n_models} models x {n} items{tag}\n"
-                 f"posterior mean ± SD: DDM {_posterior(dg, 'ddm')[0]}   max gap {_posterior(dg, 'max_gap')[0]}   "
-                 f"Top-5 {_posterior(dg, 'top5_sum')[0]}\n"
-                 f"paper's plug-in: DDM {dg.ddm:.3f}   max gap {dg.max_gap:.3f}   Top-5 {dg.top5_sum:.3f}",
-                 fontsize=9)
-    ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
-    fig.tight_layout()
-    return fig
+    d = np.sort(dg.d_values())
+    title = (f"{name}: {dg.n_models} models x {len(d)} items{tag}\n"
+             f"posterior mean ± SD: DDM {_posterior(dg, 'ddm')[0]}   max gap {_posterior(dg, 'max_gap')[0]}   "
+             f"Top-5 {_posterior(dg, 'top5_sum')[0]}\n"
+             f"paper's plug-in: DDM {dg.ddm:.3f}   max gap {dg.max_gap:.3f}   Top-5 {dg.top5_sum:.3f}")
+    return Picture(d, [(g.lo, g.hi, g.mid) for g in dg.gaps[:n_gaps]], title)
+
+
+def diagnosis_figure(dg: Diagnosis, n_gaps: int = 5):
+    """The diagnosis picture as a matplotlib Figure (for a notebook)."""
+    from benchfill.diagnostics.picture import picture_figure
+
+    return picture_figure(picture_of(dg, n_gaps))
 
 
 def plot_diagnosis(dg: Diagnosis, path: str | Path, n_gaps: int = 5) -> Path:
-    """Write the picture of :func:`diagnosis_figure` as a PNG (atomically)."""
-    import io
-
-    from benchfill.io import atomic_write_bytes
-
-    buf = io.BytesIO()
-    diagnosis_figure(dg, n_gaps).savefig(buf, format="png")
-    return atomic_write_bytes(path, buf.getvalue())
+    """Write the diagnosis picture as a PNG (atomically)."""
+    return write_picture(picture_of(dg, n_gaps), path)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from pydantic import BaseModel, Field, PrivateAttr
@@ -23,6 +23,9 @@ from benchfill.irt.fast import reduce_items
 from benchfill.irt.fit import fit_irt
 from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings, thin_draws
 from benchfill.irt.placement import exact_item_moments
+
+if TYPE_CHECKING:
+    from benchfill.diagnostics.picture import Painter
 
 StageFn = Callable[[str], None]  # told the name of each stage of a diagnosis as it starts
 
@@ -179,17 +182,22 @@ class Diagnosis(BaseModel):
 
         return plot_diagnosis(self, path, n_gaps) if path is not None else diagnosis_figure(self, n_gaps)
 
-    def save(self, where: str | Path, png: str | Path | None = None, n_gaps: int = 5, write_json: bool = True
-             ) -> Path:
+    def save(self, where: str | Path, png: str | Path | None = None, n_gaps: int = 5, write_json: bool = True,
+             painter: Painter | None = None) -> Path:
         """Write ``diagnosis.json`` (``where`` is a folder, or the JSON path itself), the PNG and, when the fit
         is attached, the ``.scale.npz`` next to it, as ``benchfill diagnose`` does. Returns the JSON path
-        (``write_json=False``: everything but the JSON, which the caller writes elsewhere)."""
+        (``write_json=False``: everything but the JSON, which the caller writes elsewhere). A ``painter``
+        started earlier draws the PNG in its own process while the scale is written."""
+        from benchfill.diagnostics.picture import Painter
+        from benchfill.diagnostics.render import picture_of
         from benchfill.io import atomic_write_text
 
         where = Path(where)
         json_path = where if where.suffix == ".json" else where / "diagnosis.json"
         png_path = Path(png) if png is not None else json_path.with_suffix(".png")
         files = {"json": str(json_path), "png": str(png_path)}
+        painter = painter or Painter.here()
+        painter.submit(picture_of(self, n_gaps), png_path)
         clock = time.perf_counter()
         if self._scale is not None:
             files["scale"] = str(json_path.with_suffix(".scale.npz"))
@@ -197,8 +205,8 @@ class Diagnosis(BaseModel):
         self.timings["write_scale"] = round(time.perf_counter() - clock, 3)
         self.files = files
         clock = time.perf_counter()
-        self.plot(png_path, n_gaps)
-        self.timings["render"] = round(time.perf_counter() - clock, 3)
+        painter.wait()
+        self.timings["render"] = round(time.perf_counter() - clock, 3)  # the wait for the picture
         if write_json:
             atomic_write_text(json_path, self.model_dump_json(indent=2) + "\n")
         return json_path
@@ -349,15 +357,15 @@ def build_diagnosis(
                            replicates=null_replicates, seed=seed)
         null_out = NullOut(**{k: MetricNull(**v) for k, v in summarise_null(sims).items()},
                            replicates=null_replicates, theta_draws=int(sims["theta_draws"]))
-    timings["null"] = time.perf_counter() - clock
-    null_by_metric = None if null_out is None else {k: getattr(null_out, k) for k in THRESHOLDS}
-    flags, verdicts = decide(plug_in, posterior, null_by_metric)
-    resolution = resolution_of(responses, guess, null_by_metric)
     guess_value = float(np.max(guess)) if guess is not None and np.any(guess > 0) else None
     attainable = None  # where a new item answered like the benchmark's typical item can land
     if fit.spec.kind == "1pl" and fit.c is None and _common_guessing(guess):
         values = attainable_b(fit.flat("theta"), modal_pattern(responses.n_trials), guess_value or 0.0)
         attainable = None if values is None else M.normalise(values, b.min(), b.max())
+    timings["null"] = time.perf_counter() - clock  # the null and the placements a new item can reach
+    null_by_metric = None if null_out is None else {k: getattr(null_out, k) for k in THRESHOLDS}
+    flags, verdicts = decide(plug_in, posterior, null_by_metric)
+    resolution = resolution_of(responses, guess, null_by_metric)
     acc = responses.accuracy_by_model()
     s = fit.settings
     sd = {k: (posterior[k].sd if posterior else None) for k in ("ddm", "w1_uniform", "max_gap", "top5_sum")}

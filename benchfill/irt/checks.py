@@ -177,7 +177,8 @@ def check_r4_ppc(responses: ResponseMatrix, fit: IRTFit, n_rep: int = 400, seed:
     )
 
 
-MAX_CHECKED_DIFFICULTIES = 2000  # above this many items, R-hat / ESS of b are computed per likelihood key
+MAX_CHECKED_DIFFICULTIES = 500  # above this many items, R-hat / ESS of b are computed per likelihood key: items
+# of a key have one posterior and their chains differ by Monte Carlo noise only, so more of them add cost, not news
 
 
 def _difficulties_to_check(responses: ResponseMatrix, fit: IRTFit, limit: int | None) -> np.ndarray:

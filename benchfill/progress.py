@@ -1,0 +1,34 @@
+"""A heartbeat for long waits.
+
+Code that blocks for a while (the IRT fit waiting on its worker processes) calls :func:`beat` every fraction of a
+second; whoever shows progress registers what a beat does with :func:`on_beat`. The command line's status line is
+redrawn by these beats and by each new stage instead of by a thread of its own, so that no thread is alive when
+the fit forks its workers (a lock held by another thread at fork time stays held forever in the child).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Callable, Iterator
+
+BEAT_S = 0.1  # seconds between beats while waiting
+
+_on_beat: ContextVar[Callable[[], None] | None] = ContextVar("benchfill_on_beat", default=None)
+
+
+def beat() -> None:
+    """Tell whoever shows progress that the wait goes on (a no-op when nobody listens)."""
+    fn = _on_beat.get()
+    if fn is not None:
+        fn()
+
+
+@contextmanager
+def on_beat(fn: Callable[[], None]) -> Iterator[None]:
+    """Within the block, each :func:`beat` calls ``fn``."""
+    token = _on_beat.set(fn)
+    try:
+        yield
+    finally:
+        _on_beat.reset(token)
