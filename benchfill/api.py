@@ -122,12 +122,14 @@ def import_logs(fmt: str, paths: str | Path | Sequence[str | Path], *, out: str 
 def diagnose(responses: ResponseMatrix | Any, *, items: str | Path | Sequence[Item] | None = None,
              sampler: str = DEFAULT_SAMPLER, chains: int = 4, tune: int = 1000, draws: int = 1000, seed: int = 0,
              guessing: float | None = None, choices: int | None = None, robustness: bool = False,
-             top_gaps: int = DIAGNOSIS_GAPS, on_stage: Any = None) -> Diagnosis:
+             top_gaps: int = DIAGNOSIS_GAPS, on_stage: Any = None, on_picture: Any = None) -> Diagnosis:
     """Fit the IRT model and diagnose the benchmark (SPEC sections 2-3): the same defaults as ``benchfill
     diagnose``. ``responses``: anything :func:`load_responses` takes. Multiple-choice items (``choices``) get the
     guessing rate 1/k; ``guessing`` or ``choices`` set one for every item. ``on_stage(text)``, if given, is told
-    each stage (fit, exact difficulties, checks, metrics, null, robustness) as it starts. Returns the
-    :class:`Diagnosis`; its ``save(folder)`` writes the JSON, the picture and the scale."""
+    each stage (fit, exact difficulties, checks, metrics, null, robustness) as it starts; ``on_picture(picture)``
+    gets the diagnosis picture (:class:`benchfill.diagnostics.picture.Picture`, ``top_gaps`` gaps) as soon as the
+    metrics are known. Returns the :class:`Diagnosis`; its ``save(folder)`` writes the JSON, the picture and the
+    scale."""
     from benchfill.diagnostics.report import diagnose as _diagnose
     from benchfill.irt.model import IRTSpec, SamplerSettings
 
@@ -139,7 +141,7 @@ def diagnose(responses: ResponseMatrix | Any, *, items: str | Path | Sequence[It
     resp = responses if isinstance(responses, ResponseMatrix) else load_responses(responses, items=item_list)
     spec = IRTSpec.for_items(resp.item_ids, item_list, guessing=guessing, choices=choices)
     settings = SamplerSettings(method=sampler, chains=chains, tune=tune, draws=draws, seed=seed)
-    dg, fit = _diagnose(resp, spec, settings, top_gaps=top_gaps, on_stage=on_stage)
+    dg, fit = _diagnose(resp, spec, settings, top_gaps=top_gaps, on_stage=on_stage, on_picture=on_picture)
     if robustness:
         if on_stage is not None:
             on_stage("robustness: leave-one-model-out refits and 1PL vs 2PL BIC")

@@ -101,18 +101,32 @@ def test_painter_draws_the_same_picture_as_this_process(tmp_path, examples):
     pic = picture_of(dg)
     with Painter() as painter:
         forked = painter.forked
-        painter.submit(pic, tmp_path / "forked.png")
-        painter.wait()
+        painter.draw(pic)
+        painter.write(tmp_path / "forked.png")
     write_picture(pic, tmp_path / "here.png")
     assert (tmp_path / "forked.png").read_bytes() == (tmp_path / "here.png").read_bytes()
     if threading.active_count() == 1:
         assert forked
-    # a picture the painter cannot write is drawn again here, so the error is this process's own
+    # a picture that cannot be written raises here, as when drawn in this process
     (tmp_path / "dir.png").mkdir()
     with Painter() as painter:
-        painter.submit(pic, tmp_path / "dir.png")
+        painter.draw(pic)
         with pytest.raises(OSError):
-            painter.wait()
+            painter.write(tmp_path / "dir.png")
+
+
+def test_the_early_picture_is_the_saved_diagnosis_picture(tmp_path, examples):
+    """The picture handed over as soon as the metrics are known (``on_picture``) is the one the finished
+    diagnosis draws: same difficulties, gaps and title."""
+    import benchfill as bf
+    from benchfill.diagnostics.render import picture_of
+
+    early = []
+    dg = bf.diagnose(examples / "math500.responses.csv.gz", draws=200, on_picture=early.append)
+    assert len(early) == 1
+    final = picture_of(dg, n_gaps=len(dg.gaps))
+    np.testing.assert_array_equal(early[0].d, final.d)
+    assert early[0].gaps == final.gaps and early[0].title == final.title
 
 
 WATCH = """

@@ -6,9 +6,9 @@ the start of a command has little to import besides matplotlib.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -20,6 +20,26 @@ class Picture:
     d: np.ndarray  # (I,) normalised difficulties, sorted
     gaps: list[tuple[float, float, float]]  # (lo, hi, mid) of the largest gaps, largest first
     title: str
+
+    @classmethod
+    def of(cls, source: str, n_models: int, d: np.ndarray, gaps: Sequence[Any], posterior: dict[str, Any] | None,
+           plug_in: dict[str, float], preview: bool = False, n_gaps: int = 5) -> "Picture":
+        """The picture of a diagnosis: ``d`` (I,) its normalised difficulties, ``gaps`` its largest gaps (objects
+        with lo, hi, mid), ``posterior`` its metrics' posterior summaries (objects with mean, sd; None for a MAP
+        preview), ``plug_in`` its plug-in ddm, max_gap and top5_sum."""
+
+        def mean_sd(key: str) -> str:
+            p = (posterior or {}).get(key)
+            return "-" if p is None else f"{p.mean:.3f} ± {p.sd:.3f}"
+
+        d = np.sort(np.asarray(d, dtype=float))
+        tag = " [MAP preview]" if preview else ""
+        title = (f"{Path(source).name}: {n_models} models x {len(d)} items{tag}\n"
+                 f"posterior mean ± SD: DDM {mean_sd('ddm')}   max gap {mean_sd('max_gap')}   "
+                 f"Top-5 {mean_sd('top5_sum')}\n"
+                 f"paper's plug-in: DDM {plug_in['ddm']:.3f}   max gap {plug_in['max_gap']:.3f}   "
+                 f"Top-5 {plug_in['top5_sum']:.3f}")
+        return cls(d, [(g.lo, g.hi, g.mid) for g in list(gaps)[:n_gaps]], title)
 
 
 def picture_figure(pic: Picture):
@@ -47,15 +67,20 @@ def picture_figure(pic: Picture):
     return fig
 
 
-def write_picture(pic: Picture, path: str | Path) -> Path:
-    """Write the picture as a PNG (atomically)."""
+def png_bytes(pic: Picture) -> bytes:
+    """The picture as PNG data."""
     import io
-
-    from benchfill.io import atomic_write_bytes
 
     buf = io.BytesIO()
     picture_figure(pic).savefig(buf, format="png")
-    return atomic_write_bytes(path, buf.getvalue())
+    return buf.getvalue()
+
+
+def write_picture(pic: Picture, path: str | Path) -> Path:
+    """Write the picture as a PNG (atomically)."""
+    from benchfill.io import atomic_write_bytes
+
+    return atomic_write_bytes(path, png_bytes(pic))
 
 
 # ------------------------------------------------------------------------------------------------ the painter
@@ -64,31 +89,25 @@ def _paint(conn) -> None:  # pragma: no cover - runs in the painter process (tes
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops this process
-    try:  # the picture is needed last: the fit's workers go first when the cores are short
-        os.nice(10)
-    except OSError:  # pragma: no cover
-        pass
     from matplotlib.backends import backend_agg  # noqa: F401  (the point: imported while the parent works)
     from matplotlib.figure import Figure  # noqa: F401
 
     try:
-        job = conn.recv()
+        pic = conn.recv()
     except EOFError:
         return
-    if job is None:
-        return
-    pic, path = job
     try:
-        conn.send((True, str(write_picture(pic, path))))
+        conn.send((True, png_bytes(pic)))
     except Exception as exc:  # the parent draws it again itself, so the error reaches the user the usual way
         conn.send((False, f"{type(exc).__name__}: {exc}"))
 
 
 class Painter:
     """Draws the diagnosis picture in a process forked at the start of a command, which imports matplotlib
-    (~0.4 s) while this process loads the data and fits; at the end this process only sends the
-    :class:`Picture`. Where it cannot fork without risk (another thread alive, no fork on this OS), or the child
-    fails, the picture is drawn here as before. Use as a context manager: the child is stopped on exit."""
+    (~0.4 s) while this process loads the data and fits; :meth:`draw` hands it the :class:`Picture` as soon as
+    the metrics are known, :meth:`write` saves the PNG it drew. Where it cannot fork without risk (another thread
+    alive, no fork on this OS), or the child fails, the picture is drawn here. Use as a context manager: the
+    child is stopped on exit."""
 
     def __init__(self, fork: bool = True) -> None:
         import multiprocessing as mp
@@ -97,7 +116,7 @@ class Painter:
 
         self._conn = self._proc = None
         self._sent = False
-        self._job: tuple[Picture, Path] | None = None
+        self._pic: Picture | None = None
         if not fork or start_method() != "fork":
             return
         ctx = mp.get_context("fork")
@@ -119,36 +138,39 @@ class Painter:
     def forked(self) -> bool:
         return self._proc is not None
 
-    def submit(self, pic: Picture, path: str | Path) -> None:
-        """Start drawing ``pic`` into ``path``; :meth:`wait` for it."""
-        self._job = (pic, Path(path))
-        if self._proc is not None:
+    @property
+    def has_picture(self) -> bool:
+        return self._pic is not None
+
+    def draw(self, pic: Picture) -> None:
+        """Start drawing ``pic`` (in the painter's process, if there is one); :meth:`write` saves it."""
+        self._pic = pic
+        if self._proc is not None and not self._sent:
             try:
-                self._conn.send((pic, str(path)))
+                self._conn.send(pic)
                 self._sent = True
             except OSError:
-                self._sent = False
+                pass
 
-    def wait(self) -> Path:
-        """The written picture's path (drawn here when the painter could not draw it)."""
-        assert self._job is not None, "submit a picture first"
-        pic, path = self._job
+    def write(self, path: str | Path) -> Path:
+        """Write the drawn picture to ``path`` as a PNG (atomically); drawn here if the painter could not."""
+        from benchfill.io import atomic_write_bytes
+
+        assert self._pic is not None, "draw a picture first"
         if self._sent:
             self._sent = False
             try:
                 ok, value = self._conn.recv()
                 if ok:
-                    return Path(value)
+                    return atomic_write_bytes(path, value)
             except (EOFError, OSError):
                 pass
-        return write_picture(pic, path)
+        return write_picture(self._pic, path)
 
     def close(self) -> None:
-        """Stop the painter: at once when it has nothing left to draw (e.g. the command failed before drawing)."""
+        """Stop the painter's process (at once: it holds nothing that is not already written or not wanted)."""
         if self._proc is None:
             return
-        if self._sent and self._conn.poll(10):  # drawing: let it finish rather than leave a temporary file behind
-            self._conn.recv()
         self._proc.terminate()
         self._proc.join()
         self._conn.close()

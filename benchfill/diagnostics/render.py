@@ -6,7 +6,6 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -134,14 +133,8 @@ def suite_table(rows: Sequence[tuple[str, Diagnosis]], title: str) -> Table:
 
 
 def picture_of(dg: Diagnosis, n_gaps: int = 5) -> Picture:
-    name = Path(dg.source).name
-    tag = " [MAP preview]" if dg.sampler.preview else ""
-    d = np.sort(dg.d_values())
-    title = (f"{name}: {dg.n_models} models x {len(d)} items{tag}\n"
-             f"posterior mean ± SD: DDM {_posterior(dg, 'ddm')[0]}   max gap {_posterior(dg, 'max_gap')[0]}   "
-             f"Top-5 {_posterior(dg, 'top5_sum')[0]}\n"
-             f"paper's plug-in: DDM {dg.ddm:.3f}   max gap {dg.max_gap:.3f}   Top-5 {dg.top5_sum:.3f}")
-    return Picture(d, [(g.lo, g.hi, g.mid) for g in dg.gaps[:n_gaps]], title)
+    return Picture.of(dg.source, dg.n_models, dg.d_values(), dg.gaps, dg.posterior,
+                      {"ddm": dg.ddm, "max_gap": dg.max_gap, "top5_sum": dg.top5_sum}, dg.sampler.preview, n_gaps)
 
 
 def diagnosis_figure(dg: Diagnosis, n_gaps: int = 5):

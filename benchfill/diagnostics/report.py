@@ -25,9 +25,10 @@ from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings, thin_draws
 from benchfill.irt.placement import exact_item_moments
 
 if TYPE_CHECKING:
-    from benchfill.diagnostics.picture import Painter
+    from benchfill.diagnostics.picture import Painter, Picture
 
 StageFn = Callable[[str], None]  # told the name of each stage of a diagnosis as it starts
+PictureFn = Callable[["Picture"], None]  # given the diagnosis picture as soon as the metrics are known
 
 
 def _no_stage(_: str) -> None:
@@ -187,7 +188,7 @@ class Diagnosis(BaseModel):
         """Write ``diagnosis.json`` (``where`` is a folder, or the JSON path itself), the PNG and, when the fit
         is attached, the ``.scale.npz`` next to it, as ``benchfill diagnose`` does. Returns the JSON path
         (``write_json=False``: everything but the JSON, which the caller writes elsewhere). A ``painter``
-        started earlier draws the PNG in its own process while the scale is written."""
+        started earlier draws the PNG in its own process (see :class:`benchfill.diagnostics.picture.Painter`)."""
         from benchfill.diagnostics.picture import Painter
         from benchfill.diagnostics.render import picture_of
         from benchfill.io import atomic_write_text
@@ -197,7 +198,8 @@ class Diagnosis(BaseModel):
         png_path = Path(png) if png is not None else json_path.with_suffix(".png")
         files = {"json": str(json_path), "png": str(png_path)}
         painter = painter or Painter.here()
-        painter.submit(picture_of(self, n_gaps), png_path)
+        if not painter.has_picture:  # a painter given the picture early (see build_diagnosis) has drawn it
+            painter.draw(picture_of(self, n_gaps))
         clock = time.perf_counter()
         if self._scale is not None:
             files["scale"] = str(json_path.with_suffix(".scale.npz"))
@@ -205,7 +207,7 @@ class Diagnosis(BaseModel):
         self.timings["write_scale"] = round(time.perf_counter() - clock, 3)
         self.files = files
         clock = time.perf_counter()
-        painter.wait()
+        painter.write(png_path)
         self.timings["render"] = round(time.perf_counter() - clock, 3)  # the wait for the picture
         if write_json:
             atomic_write_text(json_path, self.model_dump_json(indent=2) + "\n")
@@ -333,10 +335,12 @@ def build_diagnosis(
     seed: int = 0,
     timings: dict[str, float] | None = None,
     on_stage: StageFn | None = None,
+    on_picture: PictureFn | None = None,
 ) -> Diagnosis:
     """Assemble the report from a fit: plug-in metrics from the (exact per-key) posterior-mean b, their posterior
     from per-draw metrics, the design's resolution and null, flags and verdicts. ``on_stage(text)`` is told
-    each stage as it starts (for a progress display)."""
+    each stage as it starts (for a progress display); ``on_picture(picture)`` gets the diagnosis picture as soon
+    as the metrics are known (a painter draws it while the null is computed)."""
     stage = on_stage or _no_stage
     timings = dict(timings or {})
     stage("posterior metrics (DDM, gaps, Top-5 per draw)")
@@ -348,6 +352,11 @@ def build_diagnosis(
     posterior = None if fit.is_map else summarise_posterior(posterior_metric_draws(fit.flat("b")))
     median_gap = M.uniform_max_gap_median(len(d), baseline_sims, seed)
     timings["metrics"] = time.perf_counter() - clock
+    if on_picture is not None:
+        from benchfill.diagnostics.picture import Picture
+
+        on_picture(Picture.of(responses.source, len(fit.models), d, M.gaps(d, top=top_gaps), posterior, plug_in,
+                              fit.is_map, n_gaps=top_gaps))
     stage("the design's null (benchmarks without holes, answered like this one)")
     clock = time.perf_counter()
     guess = fit.spec.guessing
@@ -403,6 +412,7 @@ def diagnose(
     *,
     top_gaps: int = 10,
     on_stage: StageFn | None = None,
+    on_picture: PictureFn | None = None,
 ) -> tuple[Diagnosis, IRTFit]:
     """Fit IRT, run the seven checks and compute every metric. Returns the report and the fit (for the scale).
 
@@ -427,5 +437,5 @@ def diagnose(
     timings["checks"] = time.perf_counter() - clock
     timings.update({f"check_{k}": v for k, v in check_times.items()})
     dg = build_diagnosis(responses, fit, checks, top_gaps=top_gaps, seed=settings.seed, timings=timings,
-                         on_stage=on_stage)
+                         on_stage=on_stage, on_picture=on_picture)
     return dg, fit

@@ -940,28 +940,36 @@ def draw_from_cells(mass: np.ndarray, e0: np.ndarray, delta: np.ndarray, h: floa
                     row: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Inverse-CDF draws from R piecewise-exponential densities.
 
-    The cell of each uniform is found with a guide table (Chen & Asau): bucket floor(u * M) of a row points at
-    (or before) the first cell whose CDF exceeds the bucket start, then a few vectorised steps forward (binary
-    search for the rare stragglers).
-
     Args:
         mass, e0, delta: (R, C) cells (see :func:`cell_masses`).  left: (R, C) left node of each cell, logits.
         row: (N,) which density each draw comes from.  u: (N,) uniforms in [0, 1).
     Returns:
         (N,) draws, logits.
     """
+    flat, t = cell_draws(mass, e0, delta, h, row, u)
+    return left.ravel()[flat] + h * t
+
+
+def cell_draws(mass: np.ndarray, e0: np.ndarray, delta: np.ndarray, h: float, row: np.ndarray, u: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Where the inverse-CDF draws of :func:`draw_from_cells` fall: the flat index (into (R, C)) of each draw's
+    cell and its position inside the cell, t in [0, 1] (the draw is left node + h t).
+
+    The cell of each uniform is found with a guide table (Chen & Asau): bucket floor(u * M) of a row points at
+    (or before) the first cell whose CDF exceeds the bucket start, then a few vectorised steps forward (binary
+    search for the rare stragglers).
+    """
     R, C = mass.shape
     cum = np.cumsum(mass, axis=1)
-    total = cum[:, -1:].copy()
-    cdf = cum / total
+    total = cum[:, -1].copy()
+    cdf = np.divide(cum, total[:, None], out=cum)
     cdf[:, -1] = 2.0  # sentinel: no uniform passes the last cell
-    hay = (cdf + 3.0 * np.arange(R)[:, None]).ravel()
     # guide table: guide[q, m] = first cell of row q whose CDF exceeds m / M; M ~ 2 draws per bucket (at most C)
     M = int(min(C, max(8, 2 ** int(np.ceil(np.log2(max(1.0, 2.0 * row.size / R)))))))
     # a lower bound that the forward steps correct: #cells of the row with floor(cdf * M) < m
     bucket = np.minimum((cdf * M).astype(np.int64), M)
-    counts = np.bincount((np.arange(R)[:, None] * (M + 1) + bucket).ravel(), minlength=R * (M + 1))
-    counts = counts.reshape(R, M + 1)[:, :M]
+    bucket += (np.arange(R) * (M + 1))[:, None]
+    counts = np.bincount(bucket.ravel(), minlength=R * (M + 1)).reshape(R, M + 1)[:, :M]
     guide = (np.cumsum(counts, axis=1) - counts + C * np.arange(R)[:, None]).ravel()  # flat cell indices
     flat = guide[row * M + np.minimum((u * M).astype(np.int64), M - 1)]
     cdf_flat = cdf.ravel()
@@ -969,16 +977,17 @@ def draw_from_cells(mass: np.ndarray, e0: np.ndarray, delta: np.ndarray, h: floa
         flat += cdf_flat[flat] <= u
     late = np.flatnonzero(cdf_flat[flat] <= u)
     if late.size:
+        hay = (cdf + 3.0 * np.arange(R)[:, None]).ravel()  # rows laid end to end, each offset by 3
         flat[late] = np.searchsorted(hay, 3.0 * row[late] + u[late], side="right")
     cell = flat - row * C
-    prev = np.where(cell > 0, cdf_flat[flat - 1], 0.0)
+    prev = cdf_flat[flat - 1]
     prev[cell == 0] = 0.0
-    scale = (total / h) / np.maximum(e0, 1e-300)  # (R, C) mass-to-rho factor
-    rho = (u - prev) * scale.ravel()[flat]
+    # mass-to-rho factor of each draw's cell: the CDF step over the cell is e0 * (e^(delta t) - 1) / delta * h / total
+    rho = (u - prev) * (total[row] / (h * np.maximum(e0.ravel()[flat], 1e-300)))
     d = delta.ravel()[flat]
     small = np.abs(d) < 1e-9
     t = np.where(small, rho, np.log1p(np.maximum(d * rho, -1.0 + 1e-16)) / np.where(small, 1.0, d))
-    return left.ravel()[flat] + h * np.clip(t, 0.0, 1.0)
+    return flat, np.clip(t, 0.0, 1.0)
 
 
 def edge_log_ratio(ell: np.ndarray, peak: np.ndarray) -> float:
@@ -1025,11 +1034,13 @@ def draw_difficulties(keys: ItemKeys, blocks: list[Block], theta_flat: np.ndarra
             peak = ell.max(-1)
             edge = max(edge, edge_log_ratio(ell, peak))
             mass, e0, delta = cell_masses(ell.reshape(B * Kb, G), blk.h)
-            left = (blk.nodes[None, :, :-1] + shift[:, None, None]) * np.ones((1, Kb, 1))
-            left = left.reshape(B * Kb, G - 1)
             row = (np.arange(B)[:, None] * Kb + local[None, :]).ravel()
             u = rng.random(row.size)
-            out[s0:s1, items] = draw_from_cells(mass, e0, delta, blk.h, left, row, u).reshape(B, items.size)
+            flat, t = cell_draws(mass, e0, delta, blk.h, row, u)
+            # the cell's left node: the key's window node plus the ability draw's lattice shift
+            key = row % Kb if blk.nodes.shape[0] > 1 else 0  # (1, L) nodes: every key on the whole lattice
+            left = blk.nodes[key, flat % (G - 1)] + np.repeat(shift, items.size)
+            out[s0:s1, items] = (left + blk.h * t).reshape(B, items.size)
     return out, edge
 
 
