@@ -115,14 +115,16 @@ def test_painter_draws_the_same_picture_as_this_process(tmp_path, examples):
             painter.write(tmp_path / "dir.png")
 
 
-def test_the_early_picture_is_the_saved_diagnosis_picture(tmp_path, examples):
+def test_the_early_picture_is_the_saved_diagnosis_picture():
     """The picture handed over as soon as the metrics are known (``on_picture``) is the one the finished
     diagnosis draws: same difficulties, gaps and title."""
     import benchfill as bf
     from benchfill.diagnostics.render import picture_of
 
+    rng = np.random.default_rng(4)
+    r = simulate_responses(np.linspace(-2, 2, 8), rng.normal(0, 1.5, 120), 3, seed=4)
     early = []
-    dg = bf.diagnose(examples / "math500.responses.csv.gz", draws=200, on_picture=early.append)
+    dg = bf.diagnose(r, draws=300, top_gaps=7, on_picture=early.append)
     assert len(early) == 1
     final = picture_of(dg, n_gaps=len(dg.gaps))
     np.testing.assert_array_equal(early[0].d, final.d)
