@@ -237,6 +237,12 @@ def friendly_errors(fn: F | None = None, *, resume_hint: str | None = None):
             except InputError as exc:
                 err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
                 raise typer.Exit(2) from None
+            except OSError as exc:  # a path that cannot be read or written (read-only folder, full disk): one line
+                if exc.filename is None:
+                    raise
+                err_console.print(f"[bold red]error:[/] {escape(str(exc.filename))}: {escape(exc.strerror or str(exc))}",
+                                  highlight=False, soft_wrap=True)
+                raise typer.Exit(2) from None
             except KeyboardInterrupt:
                 msg = "interrupted" + (f": {resume_hint}" if resume_hint else "")
                 err_console.print(msg, markup=False, highlight=False, soft_wrap=True)

@@ -69,7 +69,10 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     if path.is_symlink():
         path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:  # name the file asked for, not the temporary one
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from None
     try:
         os.fchmod(fd, file_mode())  # mkstemp creates 0600: every written file gets the one documented mode
         with os.fdopen(fd, "wb") as fh:

@@ -69,6 +69,16 @@ def test_bad_fit_options_are_one_line_and_exit_2(small, tmp_path, args, needle):
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc (a folder no file can be made in)")
+def test_a_picture_path_that_cannot_be_written_is_one_line_and_exit_2(small, tmp_path):
+    """The picture is drawn by another process and written here: a folder where no file can be created is one
+    line naming the file asked for (not the temporary one), exit 2."""
+    proc = cli("diagnose", small, "--sampler", "map", "--json", tmp_path / "d.json", "--png", "/proc/x.png")
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.strip().startswith("error: /proc/x.png:"), proc.stderr
+
+
 def test_json_into_a_missing_folder_creates_it(small, tmp_path):
     target = tmp_path / "a" / "b" / "c" / "diagnosis.json"
     res = run("diagnose", small, "--sampler", "map", "--json", target)
