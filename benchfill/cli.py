@@ -143,6 +143,7 @@ def diagnose(
     if json_out is None and default_json.exists() and not force:
         raise InputError(str(default_json), "exists (an earlier diagnose of this file): pass --force to overwrite "
                                             "it, or --json PATH to write elsewhere")
+    png = png or files_json.with_suffix(".png")
     # forked now, the picture's process imports matplotlib on the other core while this one imports the
     # statistics, loads and fits
     with Painter() as painter:
@@ -158,17 +159,14 @@ def diagnose(
         dg.timings = {"load": round(load_s, 3), **dg.timings}
         overwrote = _save_diagnosis(dg, files_json, png, json_out, top_gaps, painter)
     out.print(diagnosis_tables(dg, n_gaps=top_gaps))
-    png = png or files_json.with_suffix(".png")
     scale_path = files_json.with_suffix(".scale.npz")
     what = f"{png}, {scale_path}" if is_stdout(json_out) else f"{files_json}, {png}, {scale_path}"
     out.print(f"wrote {what}" + (" (overwrote the earlier diagnosis)" if overwrote else ""),
               markup=False, highlight=False, soft_wrap=True)
 
 
-def _save_diagnosis(dg, files_json: Path, png: Optional[Path], json_out: Optional[str], top_gaps: int,
-                    painter) -> bool:
+def _save_diagnosis(dg, files_json: Path, png: Path, json_out: Optional[str], top_gaps: int, painter) -> bool:
     """Write the JSON (or send it to stdout), the picture and the scale; -> whether an earlier JSON was replaced."""
-    png = png or files_json.with_suffix(".png")
     try:
         for folder in {png.parent, files_json.parent}:
             folder.mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,9 @@ def start_method() -> str | None:
     return "forkserver" if "forkserver" in methods else None
 
 
-def _child(fn: Callable[[Any], Any], part: Any, conn: Any) -> None:  # pragma: no cover - runs in the child
+def send_result(fn: Callable[[Any], Any], part: Any, conn: Any) -> None:  # pragma: no cover - runs in a child
+    """In a forked child: send ``(True, fn(part))`` to the parent, or ``(False, error)``; the parent then does the
+    work itself, so its own error, if any, reaches the user the usual way."""
     try:
         conn.send((True, fn(part)))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which redoes the part itself
@@ -44,43 +46,40 @@ def _child(fn: Callable[[Any], Any], part: Any, conn: Any) -> None:  # pragma: n
         conn.close()
 
 
-def forked_start(fn: Callable[[P], R], parts: Sequence[P]) -> Callable[[], list[R]]:
-    """Start ``fn(p)`` for every part, each in a forked child, and return at once: calling the returned function
-    waits for them and gives ``[fn(p) for p in parts]``, while this process does other work meanwhile. Where fork is
-    not safe the parts are computed when the result is asked for, here; so is a part whose child failed."""
-    import multiprocessing as mp
-
-    if not parts or start_method() != "fork":
-        return lambda: [fn(p) for p in parts]
-    ctx = mp.get_context("fork")
-    kids = []
-    for part in parts:
-        recv, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_child, args=(fn, part, send), daemon=True)
-        proc.start()
-        send.close()
-        kids.append((proc, recv))
-
-    def result() -> list[R]:
-        out = []
-        for part, (proc, recv) in zip(parts, kids):
-            try:
-                ok, value = recv.recv()
-            except (EOFError, OSError):
-                ok, value = False, None
-            recv.close()
-            proc.join()
-            out.append(value if ok else fn(part))
-        return out
-
-    return result
-
-
 def forked_map(fn: Callable[[P], R], parts: Sequence[P]) -> list[R]:
     """``[fn(p) for p in parts]``: the first part in this process and each other one in a forked child, which
     sees this process's memory as it is (no pickling of the inputs; results are pickled back). One after another
     in this process when fork is not safe or there is one part; a part whose child fails is redone here."""
-    if len(parts) < 2:
+    import multiprocessing as mp
+
+    if len(parts) < 2 or start_method() != "fork":
         return [fn(p) for p in parts]
-    rest = forked_start(fn, parts[1:])
-    return [fn(parts[0])] + rest()
+    ctx = mp.get_context("fork")
+    kids = []
+    for part in parts[1:]:
+        recv, send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=send_result, args=(fn, part, send), daemon=True)
+        proc.start()
+        send.close()
+        kids.append((proc, recv))
+    out = [fn(parts[0])]
+    for part, (proc, recv) in zip(parts[1:], kids):
+        try:
+            ok, value = recv.recv()
+        except (EOFError, OSError):
+            ok, value = False, None
+        recv.close()
+        proc.join()
+        out.append(value if ok else fn(part))
+    return out
+
+
+def forked_ranges(fn: Callable[[tuple[int, int]], tuple[Any, ...]], n: int, processes: int) -> tuple[Any, ...]:
+    """0..n cut into ``processes`` contiguous ranges (at most n), ``fn((lo, hi))`` for each, spread by
+    :func:`forked_map`; ``fn`` returns a tuple of arrays over its range, and the result is each of them
+    concatenated over the ranges, in order."""
+    import numpy as np
+
+    cuts = np.linspace(0, n, max(1, min(processes, n)) + 1).astype(int)
+    parts = forked_map(fn, list(zip(cuts[:-1].tolist(), cuts[1:].tolist())))
+    return tuple(np.concatenate(arrays) for arrays in zip(*parts))

@@ -92,14 +92,13 @@ def _paint(conn) -> None:  # pragma: no cover - runs in the painter process (tes
     from matplotlib.backends import backend_agg  # noqa: F401  (the point: imported while the parent works)
     from matplotlib.figure import Figure  # noqa: F401
 
+    from benchfill.forking import send_result
+
     try:
         pic = conn.recv()
     except EOFError:
         return
-    try:
-        conn.send((True, png_bytes(pic)))
-    except Exception as exc:  # the parent draws it again itself, so the error reaches the user the usual way
-        conn.send((False, f"{type(exc).__name__}: {exc}"))
+    send_result(png_bytes, pic, conn)
 
 
 class Painter:

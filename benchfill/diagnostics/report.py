@@ -352,11 +352,12 @@ def build_diagnosis(
     posterior = None if fit.is_map else summarise_posterior(posterior_metric_draws(fit.flat("b")))
     median_gap = M.uniform_max_gap_median(len(d), baseline_sims, seed)
     timings["metrics"] = time.perf_counter() - clock
+    top = M.gaps(d, top=top_gaps)
     if on_picture is not None:
         from benchfill.diagnostics.picture import Picture
 
-        on_picture(Picture.of(responses.source, len(fit.models), d, M.gaps(d, top=top_gaps), posterior, plug_in,
-                              fit.is_map, n_gaps=top_gaps))
+        on_picture(Picture.of(responses.source, len(fit.models), d, top, posterior, plug_in, fit.is_map,
+                              n_gaps=top_gaps))
     stage("the design's null (benchmarks without holes, answered like this one)")
     clock = time.perf_counter()
     guess = fit.spec.guessing
@@ -394,7 +395,7 @@ def build_diagnosis(
         top5_sum_sd=sd["top5_sum"], posterior=posterior, null=null_out, resolution=resolution,
         uniform_median_max_gap=median_gap, uniform_baseline_ratio=plug_in["max_gap"] / median_gap,
         flags=flags, verdicts=verdicts, warnings=design_warnings(responses, resolution, verdicts, null_out),
-        gaps=[GapOut(**g.model_dump(), at_floor=gap_is_unfillable(g.lo, g.hi, attainable)) for g in M.gaps(d, top=top_gaps)],
+        gaps=[GapOut(**g.model_dump(), at_floor=gap_is_unfillable(g.lo, g.hi, attainable)) for g in top],
         checks=[CheckOut(**c.model_dump()) for c in checks],
         items=[ItemOut(item_id=i, b=float(bb), b_sd=float(sd), d=float(dd))
                for i, bb, sd, dd in zip(fit.item_ids, b, fit.b_sd, d)],

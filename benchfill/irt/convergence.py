@@ -19,8 +19,6 @@ What makes it fast:
 
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 
 CONST_VAR = 1e-24  # a chain set of z-scores or indicators with less variance is constant (ArviZ: ESS = its size)
@@ -227,24 +225,14 @@ FORK_MIN_VALUES = 1_000_000  # draws x parameters from which the parameters are 
 # (~0.15 s of work here; a fork costs ~0.03 s)
 
 
-Diagnostics = tuple[np.ndarray, np.ndarray, np.ndarray]  # R-hat, bulk ESS, tail ESS, each (K,)
-
-
-def rank_diagnostics(draws: np.ndarray, block: int = 1024, processes: int | None = None) -> Diagnostics:
+def rank_diagnostics(draws: np.ndarray, block: int = 1024, processes: int | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(C, S, K) draws (any float dtype; float32 kept as is) -> R-hat, bulk ESS, tail ESS, each (K,).
 
     ``processes``: how many processes share the parameters (this one and forked ones, see
-    :func:`benchfill.forking.forked_map`); None = the cores available when there are at least
+    :func:`benchfill.forking.forked_ranges`); None = the cores available when there are at least
     ``FORK_MIN_VALUES`` draws in all, else one."""
-    from benchfill.forking import forked_map
-
-    some, bounds = _split_parameters(draws, block, processes)
-    return _joined(forked_map(some, bounds))
-
-
-def _split_parameters(draws: np.ndarray, block: int, processes: int | None
-                      ) -> tuple[Callable[[tuple[int, int]], Diagnostics], list[tuple[int, int]]]:
-    from benchfill.forking import available_cores
+    from benchfill.forking import available_cores, forked_ranges
 
     draws = np.asarray(draws)
     if draws.ndim == 2:
@@ -254,9 +242,8 @@ def _split_parameters(draws: np.ndarray, block: int, processes: int | None
     table = _ppf_table(2 * C * half) if half else None
     if processes is None:
         processes = available_cores() if draws.size >= FORK_MIN_VALUES else 1
-    processes = max(1, min(processes, K))
 
-    def some(bounds: tuple[int, int]) -> Diagnostics:
+    def some(bounds: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         lo, hi = bounds
         rhat, bulk, tail = np.empty(hi - lo), np.empty(hi - lo), np.empty(hi - lo)
         for k0 in range(lo, hi, block):
@@ -265,9 +252,4 @@ def _split_parameters(draws: np.ndarray, block: int, processes: int | None
             rhat[k0 - lo : k1 - lo], bulk[k0 - lo : k1 - lo], tail[k0 - lo : k1 - lo] = diagnostics_block(x, table)
         return rhat, bulk, tail
 
-    cuts = np.linspace(0, K, processes + 1).astype(int)
-    return some, list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
-
-
-def _joined(parts: list[Diagnostics]) -> Diagnostics:
-    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))  # type: ignore[return-value]
+    return forked_ranges(some, K, processes)  # type: ignore[return-value]

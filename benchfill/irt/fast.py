@@ -936,24 +936,14 @@ def cell_masses(ell: np.ndarray, h: float) -> tuple[np.ndarray, np.ndarray, np.n
     return h * e0 * factor, e0, delta
 
 
-def draw_from_cells(mass: np.ndarray, e0: np.ndarray, delta: np.ndarray, h: float, left: np.ndarray,
-                    row: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Inverse-CDF draws from R piecewise-exponential densities.
-
-    Args:
-        mass, e0, delta: (R, C) cells (see :func:`cell_masses`).  left: (R, C) left node of each cell, logits.
-        row: (N,) which density each draw comes from.  u: (N,) uniforms in [0, 1).
-    Returns:
-        (N,) draws, logits.
-    """
-    flat, t = cell_draws(mass, e0, delta, h, row, u)
-    return left.ravel()[flat] + h * t
-
-
 def cell_draws(mass: np.ndarray, e0: np.ndarray, delta: np.ndarray, h: float, row: np.ndarray, u: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:
-    """Where the inverse-CDF draws of :func:`draw_from_cells` fall: the flat index (into (R, C)) of each draw's
-    cell and its position inside the cell, t in [0, 1] (the draw is left node + h t).
+    """Inverse-CDF draws from R piecewise-exponential densities, as where they fall: the flat index (into (R, C))
+    of each draw's cell and its position inside the cell, t in [0, 1] (the draw is the cell's left node + h t).
+
+    Args:
+        mass, e0, delta: (R, C) cells (see :func:`cell_masses`).  h: the node spacing, logits.
+        row: (N,) which density each draw comes from.  u: (N,) uniforms in [0, 1).
 
     The cell of each uniform is found with a guide table (Chen & Asau): bucket floor(u * M) of a row points at
     (or before) the first cell whose CDF exceeds the bucket start, then a few vectorised steps forward (binary

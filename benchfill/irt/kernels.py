@@ -4,7 +4,7 @@ The kernels read a key's log density on its window straight from the lattice ter
 window instead of the ~10 array passes (gathers, differences, cumulative sums, searches) of the numpy path in
 :mod:`benchfill.irt.fast`, which is what a fit with guessing (one key per response pattern, thousands of keys)
 spends its time on. The exponentials stay in numpy (SIMD: ~8x faster than numba's scalar exp here). They compute the same quantities as :func:`benchfill.irt.fast.block_log_density`,
-:func:`~benchfill.irt.fast.cell_masses` and :func:`~benchfill.irt.fast.draw_from_cells` (the numpy functions
+:func:`~benchfill.irt.fast.cell_masses` and :func:`~benchfill.irt.fast.cell_draws` (the numpy functions
 stay the reference, and tests hold the two paths to agree), from the same uniforms.
 
 Layout of the inputs, for a block of Kb keys on a lattice of L nodes and B ability vectors:
@@ -94,7 +94,7 @@ def cell_logs(base, per_key, idx, nodes, r, delta, log_e0, jump):
 @njit(cache=True, nogil=True)
 def draws_from_cells(e0, jump, exp_jump, nodes, delta, h, key_ptr, key_pos, items, u, out, row0):
     """Inverse-CDF draws of b for every item of a block at each of the B ability vectors, as
-    :func:`benchfill.irt.fast.draw_from_cells` does: cell masses h e0 (e^jump - 1) / jump, then each of a key's
+    :func:`benchfill.irt.fast.cell_draws` does: cell masses h e0 (e^jump - 1) / jump, then each of a key's
     items inverts its own uniform inside its cell.
 
     Args:

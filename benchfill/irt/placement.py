@@ -20,7 +20,7 @@ from threadpoolctl import threadpool_limits
 
 from benchfill.data import ResponseMatrix
 from benchfill.errors import InputError
-from benchfill.forking import available_cores, forked_map
+from benchfill.forking import available_cores, forked_ranges
 from benchfill.irt import fast
 from benchfill.irt.model import IRTFit, thin_draws
 from benchfill.irt.scale import Scale
@@ -291,10 +291,8 @@ def grid_key_moments(theta_draws: np.ndarray, n_correct: np.ndarray, n_trials: n
 
     # the keys split over forked processes when there is enough work (each process computes its own keys)
     procs = available_cores() if keys.n_keys * G * len(draws) >= FORK_MIN_NODES else 1
-    cuts = np.linspace(0, keys.n_keys, min(procs, keys.n_keys) + 1).astype(int)
-    parts = forked_map(some, list(zip(cuts[:-1].tolist(), cuts[1:].tolist())))
-    m1 = np.concatenate([p[0] for p in parts]) / len(draws)
-    m2 = np.concatenate([p[1] for p in parts]) / len(draws)
+    m1, m2 = forked_ranges(some, keys.n_keys, procs)
+    m1, m2 = m1 / len(draws), m2 / len(draws)
     return KeyMoments(mean=m1, sd=np.sqrt(np.maximum(m2 - m1**2, 0.0)), item_key=keys.item_key)
 
 
