@@ -24,7 +24,9 @@ from benchfill.data import Item, ResponseMatrix
 from benchfill.diagnostics.calibrate import CalibrationResult
 from benchfill.diagnostics.detect import DetectionResult
 from benchfill.diagnostics.report import Diagnosis
+from benchfill.errors import InputError
 from benchfill.irt.placement import PlacedItem
+from benchfill.irt.prior import DEFAULT_POPULATION, POPULATION_KINDS
 
 if TYPE_CHECKING:  # the LLM client stack (litellm, sqlite-utils) loads only for commands that call models
     from benchfill.models.evaluate import EvaluationResult
@@ -122,10 +124,13 @@ def import_logs(fmt: str, paths: str | Path | Sequence[str | Path], *, out: str 
 def diagnose(responses: ResponseMatrix | Any, *, items: str | Path | Sequence[Item] | None = None,
              sampler: str = DEFAULT_SAMPLER, chains: int = 4, tune: int = 1000, draws: int = 1000, seed: int = 0,
              guessing: float | None = None, choices: int | None = None, robustness: bool = False,
-             top_gaps: int = DIAGNOSIS_GAPS, on_stage: Any = None, on_picture: Any = None) -> Diagnosis:
+             top_gaps: int = DIAGNOSIS_GAPS, on_stage: Any = None, on_picture: Any = None,
+             prior: str = DEFAULT_POPULATION) -> Diagnosis:
     """Fit the IRT model and diagnose the benchmark (SPEC sections 2-3): the same defaults as ``benchfill
     diagnose``. ``responses``: anything :func:`load_responses` takes. Multiple-choice items (``choices``) get the
-    guessing rate 1/k; ``guessing`` or ``choices`` set one for every item. ``on_stage(text)``, if given, is told
+    guessing rate 1/k; ``guessing`` or ``choices`` set one for every item. ``population``: the difficulties'
+    prior, learned from the benchmark (``"spline"``, the default, or ``"normal"``) or the paper's fixed N(0, 1)
+    (``"paper"``, for comparison with its tables), as ``--prior``. ``on_stage(text)``, if given, is told
     each stage (fit, exact difficulties, checks, metrics, null, robustness) as it starts; ``on_picture(picture)``
     gets the diagnosis picture (:class:`benchfill.diagnostics.picture.Picture`, ``top_gaps`` gaps) as soon as the
     metrics are known. Returns the :class:`Diagnosis`; its ``save(folder)`` writes the JSON, the picture and the
@@ -139,7 +144,10 @@ def diagnose(responses: ResponseMatrix | Any, *, items: str | Path | Sequence[It
 
         item_list = load_items(items) if isinstance(items, (str, Path)) else list(items)
     resp = responses if isinstance(responses, ResponseMatrix) else load_responses(responses, items=item_list)
-    spec = IRTSpec.for_items(resp.item_ids, item_list, guessing=guessing, choices=choices)
+    if prior not in POPULATION_KINDS:
+        raise InputError("--prior", f"{prior!r}: choose from {', '.join(POPULATION_KINDS)}")
+    spec = IRTSpec.for_items(resp.item_ids, item_list, guessing=guessing, choices=choices,
+                             population=prior)  # type: ignore[arg-type]
     settings = SamplerSettings(method=sampler, chains=chains, tune=tune, draws=draws, seed=seed)
     dg, fit = _diagnose(resp, spec, settings, top_gaps=top_gaps, on_stage=on_stage, on_picture=on_picture)
     if robustness:
@@ -227,7 +235,7 @@ def safe_name(name: str) -> str:
 
 def suite(responses: ResponseMatrix | Any, *, by: str = "benchmark", items_table: str | Path | None = None,
           sampler: str = DEFAULT_SAMPLER, chains: int = 4, tune: int = 1000, draws: int = 1000, seed: int = 0,
-          choices: int | None = None, on_benchmark: Any = None) -> Suite:
+          choices: int | None = None, on_benchmark: Any = None, prior: str = DEFAULT_POPULATION) -> Suite:
     """A diagnosis per benchmark: items grouped by the column ``by`` of ``items_table``, or by the grouping the
     responses carry (imported logs carry ``task``). ``on_benchmark(name, diagnosis)`` is called after each."""
     from benchfill.data import item_groups
@@ -236,7 +244,7 @@ def suite(responses: ResponseMatrix | Any, *, by: str = "benchmark", items_table
     rows = []
     for name, ids in item_groups(resp, by, items_table).items():
         dg = diagnose(resp.subset(items=ids), sampler=sampler, chains=chains, tune=tune, draws=draws, seed=seed,
-                      choices=choices)
+                      choices=choices, prior=prior)
         rows.append(SuiteRow(benchmark=name, diagnosis=dg))
         if on_benchmark is not None:
             on_benchmark(name, dg)
@@ -254,15 +262,16 @@ class Placements(BaseModel):
     b_max: float = 1.0
     n_draws: int = 0
     guessing: float = 0.0
+    population: str = Field("", description="the difficulty population the items were placed under (the scale's)")
     ignored_models: list[str]
     items: list[PlacedItem]
 
 
-def place(scale: Any, responses: ResponseMatrix | Any, *, guessing: float | None = None,
-          prior_sd: float = 1.0) -> Placements:
+def place(scale: Any, responses: ResponseMatrix | Any, *, guessing: float | None = None) -> Placements:
     """Place new items on a saved scale (a ``.scale.npz`` path or a :class:`benchfill.irt.scale.Scale`), as
-    ``benchfill place``. ``responses``: the new items' counts, keyed by the scale's model names. ``guessing``: the
-    new items' lower asymptote (default: the scale's); ``prior_sd``: SD of b's Normal prior."""
+    ``benchfill place``, under the scale's own difficulty population (the one its benchmark was measured with).
+    ``responses``: the new items' counts, keyed by the scale's model names. ``guessing``: the new items' lower
+    asymptote (default: the scale's)."""
     from benchfill.errors import InputError
     from benchfill.irt.placement import place_responses
     from benchfill.irt.scale import Scale
@@ -272,10 +281,8 @@ def place(scale: Any, responses: ResponseMatrix | Any, *, guessing: float | None
     if guessing is not None and not 0.0 <= guessing < 1.0:
         raise InputError(where or "<scale>", f"--guessing {guessing}: must lie in [0, 1)")
     resp = responses if isinstance(responses, ResponseMatrix) else load_responses(responses)
-    if not prior_sd > 0:
-        raise InputError("--prior-sd", f"{prior_sd}: must be a positive number")
-    placed = place_responses(sc, resp, guessing, prior_sd)
-    return Placements(scale=where, responses=str(responses) if isinstance(responses, (str, Path)) else resp.source,
+    placed = place_responses(sc, resp, guessing)
+    return Placements(scale=where, population=sc.population.label(), responses=str(responses) if isinstance(responses, (str, Path)) else resp.source,
                       models=list(sc.models), b_min=sc.b_min, b_max=sc.b_max, n_draws=sc.n_draws,
                       guessing=sc.guessing if guessing is None else guessing,
                       ignored_models=placed.ignored_models, items=placed.placed_items())

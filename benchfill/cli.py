@@ -44,6 +44,8 @@ def _root(
 
 # ---- diagnose / suite / calibrate ------------------------------------------------------------------------
 
+PRIOR_HELP = ("the difficulties' prior: spline (a population learned from the benchmark, log-spline: holes and "
+              "tails; default), normal (learned N(mu, sigma)) or paper (the paper's fixed N(0, 1), for its tables)")
 SAMPLER_HELP = "IRT inference: fast (exact: quadrature + independence MH on the abilities; default), pymc (reference NUTS), nutpie, numpyro, map (quick preview)"
 
 
@@ -88,7 +90,8 @@ def _selection_note(resp, out=None) -> None:
 
 
 def _run_diagnosis(responses, items, guessing, choices, sampler: str, chains: int, tune: int, draws: int, seed: int,
-                   robustness: bool, status_console=None, top_gaps: int | None = None, on_picture=None):
+                   robustness: bool, status_console=None, top_gaps: int | None = None, on_picture=None,
+                   population: str = "spline"):
     """:func:`benchfill.api.diagnose` behind a status line; returns the diagnosis (its fit attached)."""
     from benchfill import api
 
@@ -101,7 +104,7 @@ def _run_diagnosis(responses, items, guessing, choices, sampler: str, chains: in
         return api.diagnose(responses, items=items, sampler=sampler or api.DEFAULT_SAMPLER, chains=chains,
                             tune=tune, draws=draws, seed=seed, guessing=guessing, choices=choices,
                             robustness=robustness, top_gaps=max(top_gaps or 0, api.DIAGNOSIS_GAPS),
-                            on_stage=status.stage, on_picture=on_picture)
+                            on_stage=status.stage, on_picture=on_picture, prior=population)
 
 
 def _quiet_workers_if_served() -> None:
@@ -127,6 +130,7 @@ def diagnose(
     seed: int = typer.Option(0),
     guessing: Optional[float] = typer.Option(None, help="fixed guessing rate c for every item"),
     choices: Optional[int] = typer.Option(None, help="every item is k-option multiple choice: c = 1/k"),
+    prior: str = typer.Option("spline", "--prior", help=PRIOR_HELP),
     robustness: bool = typer.Option(False, "--robustness", help="leave-one-model-out refits and 1PL vs 2PL BIC"),
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="where to write the JSON (default runs/<name>/diagnosis.json; - = stdout, the picture and scale then go to runs/<name>/)"),
     png: Optional[Path] = typer.Option(None, help="picture path (default: next to the JSON)"),
@@ -155,7 +159,8 @@ def diagnose(
         _selection_note(resp)
         dg = _run_diagnosis(resp, its, guessing, choices, sampler, chains, tune, draws, seed, robustness,
                             status_console=err_console, top_gaps=top_gaps,
-                            on_picture=lambda pic: painter.draw(replace(pic, gaps=pic.gaps[:top_gaps])))
+                            on_picture=lambda pic: painter.draw(replace(pic, gaps=pic.gaps[:top_gaps])),
+                            population=prior)
         dg.timings = {"load": round(load_s, 3), **dg.timings}
         overwrote = _save_diagnosis(dg, files_json, png, json_out, top_gaps, painter)
     out.print(diagnosis_tables(dg, n_gaps=top_gaps))
@@ -195,6 +200,7 @@ def suite(
     draws: int = typer.Option(1000),
     seed: int = typer.Option(0),
     choices: Optional[int] = typer.Option(None, help="every item is k-option multiple choice: c = 1/k"),
+    prior: str = typer.Option("spline", "--prior", help=PRIOR_HELP),
     out: Path = typer.Option(Path("runs/suite"), help="folder for one diagnosis per benchmark and summary.json"),
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the summary as JSON (- = stdout)"),
 ) -> None:
@@ -215,7 +221,7 @@ def suite(
         _quiet_workers_if_served()
     with StatusLine(err_console, f"fitting one IRT model per benchmark of {responses.name}"):
         result = api.suite(resp, by=by, items_table=items_table, sampler=sampler, chains=chains, tune=tune,
-                           draws=draws, seed=seed, choices=choices, on_benchmark=progress)
+                           draws=draws, seed=seed, choices=choices, on_benchmark=progress, prior=prior)
     summary_path = result.save(out)
     con.print(suite_table([(r.benchmark, r.diagnosis) for r in result.benchmarks],
                           f"{responses.name}: {resp.shape[0]} models, {len(result.benchmarks)} benchmarks"))
@@ -512,7 +518,6 @@ def place(
     responses: Path = typer.Argument(..., help="responses of the NEW items (same formats as diagnose), keyed by the scale's model names"),
     scale: Path = typer.Option(..., "--scale", help="<name>.scale.npz written by `benchfill diagnose`"),
     guessing: Optional[float] = typer.Option(None, help="lower asymptote c of the new items (default: the scale's)"),
-    prior_sd: float = typer.Option(1.0, help="SD of b's Normal prior: 1 is the benchmark's model; 3 gives items beyond the benchmark's range intervals that cover (measured 0.92 vs 0.81), at a wider SD"),
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the placements as JSON (- = stdout)"),
 ) -> None:
     """Place new items on a benchmark's difficulty scale, abilities fixed (exact quadrature): b, SD, d, d SD."""
@@ -520,7 +525,7 @@ def place(
 
     from benchfill import api
 
-    placed = api.place(scale, responses, guessing=guessing, prior_sd=prior_sd)
+    placed = api.place(scale, responses, guessing=guessing)
     if placed.ignored_models:
         err_console.print(lit(f"note: ignored {len(placed.ignored_models)} model(s) not on the scale: "
                               f"{', '.join(placed.ignored_models)}"))

@@ -41,8 +41,12 @@ def test_diagnose_writes_the_documented_json(math500_diagnosis):
     assert {"item_id", "b", "b_sd", "d"} <= set(data["items"][0])
     assert {"model", "theta", "theta_sd"} <= set(data["models"][0])
     assert data["sampler"]["method"] == "map" and data["sampler"]["preview"] is True
-    # SPEC reference (12 models spread evenly by accuracy, MAP): MATH-500 DDM ~0.13
-    assert data["ddm"] == pytest.approx(0.13, abs=0.02)
+    # SPEC reference (12 models spread evenly by accuracy, MAP under the paper's N(0, 1)): MATH-500 DDM ~0.13.
+    # The learned population (the default) puts the 2 items no model solved in ~13,200 rollouts where its tail
+    # says, beyond the others (measured 0.167: the axis' top is theirs, and the report says so)
+    assert data["population"]["kind"] == "spline" and data["population"]["sd"] > 1.5
+    assert 0.13 <= data["ddm"] <= 0.19
+    assert data["reach"]["solved_by_none"] == 2 and data["reach"]["span_within_reach"] < 1.0
     assert (out.parent / "diagnosis.png").stat().st_size > 10_000
     assert (out.parent / "diagnosis.scale.npz").exists()
     assert "DDM" in output and "max gap" in output and "MAP PREVIEW" in output

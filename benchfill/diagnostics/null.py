@@ -6,7 +6,7 @@ normalised difficulties take at most K values and the gaps can never be smaller 
 null asks what the plug-in metrics look like for a benchmark WITHOUT holes under the same design: true
 difficulties i.i.d. uniform over the fitted range, answered by the same models (posterior-mean abilities) with the
 same trial counts and guessing rates, and put through the same estimator (exact per-key posterior means of b given
-the fit's ability draws). A metric is only evidence of a hole when it exceeds the null's 95th percentile.
+the fit's ability draws, under the benchmark's own difficulty population). A metric is only evidence of a hole when it exceeds the null's 95th percentile.
 
 Cheap at any size: with the abilities fixed the posterior mean of b is a function of the key, so each distinct key
 is integrated once (cached across replicates) and a replicate costs one draw of the counts plus a sort.
@@ -23,6 +23,7 @@ import numpy as np
 from benchfill.diagnostics import metrics as M
 from benchfill.irt.model import thin_draws
 from benchfill.irt.placement import EXACT_DRAWS, grid_key_moments
+from benchfill.irt.prior import Population
 
 METRICS = ("ddm", "max_gap", "top5_sum")
 MULTINOMIAL_MAX_PATTERNS = 64  # trial patterns (columns of n) up to which the exact multinomial null is used
@@ -55,8 +56,10 @@ class Resolution:
 MAX_ENUMERATED_KEYS = 4096
 
 
-def attainable_b(theta_draws: np.ndarray, n_pattern: np.ndarray, guessing: float = 0.0) -> np.ndarray | None:
-    """Every posterior-mean b (logits, sorted) that a new item answered by these models with these trials can get.
+def attainable_b(theta_draws: np.ndarray, n_pattern: np.ndarray, guessing: float = 0.0,
+                 prior: Population | None = None) -> np.ndarray | None:
+    """Every posterior-mean b (logits, sorted) that a new item answered by these models with these trials can get
+    (placed under ``prior``, the benchmark's population; default the paper's N(0, 1)).
 
     A panel places an item only at one of its likelihood keys: (J,) trials ``n_pattern`` give the totals 0..sum(n)
     without guessing, and every count column with it. A gap with none of these values strictly inside cannot be
@@ -73,7 +76,8 @@ def attainable_b(theta_draws: np.ndarray, n_pattern: np.ndarray, guessing: float
         y = np.clip(total[:, None] - (np.cumsum(n) - n)[None, :], 0, n[None, :])
     rows = np.broadcast_to(n, y.shape)
     g = np.full(len(y), guessing) if guessing > 0 else None
-    return np.sort(grid_key_moments(thin_draws(np.asarray(theta_draws, dtype=float), EXACT_DRAWS), y, rows, g).mean)
+    return np.sort(grid_key_moments(thin_draws(np.asarray(theta_draws, dtype=float), EXACT_DRAWS), y, rows, g,
+                                    prior=prior).mean)
 
 
 def gap_is_unfillable(lo: float, hi: float, attainable_d: np.ndarray | None) -> bool:
@@ -91,9 +95,20 @@ def key_floor(distinct_keys: int) -> tuple[float, float]:
     return 1.0 / steps, min(5, steps) / steps
 
 
+def hole_free_counts(rng: np.random.Generator, theta: np.ndarray, n: np.ndarray, c: np.ndarray,
+                     b_range: tuple[float, float]) -> np.ndarray:
+    """(J, I) correct counts of one hole-free benchmark: b ~ U(b_range), answered by abilities ``theta`` (J,) with
+    the trials ``n`` (J, I) and guessing ``c`` (I,) of the observed design."""
+    b = rng.uniform(b_range[0], b_range[1], n.shape[1])
+    p = c + (1.0 - c) / (1.0 + np.exp(-(theta[:, None] - b[None, :])))
+    y = (rng.random(n.shape) < p).astype(np.int64) if n.max() <= 1 else rng.binomial(n, p)
+    return np.where(n > 0, y, 0)
+
+
 def design_null(theta_draws: np.ndarray, n_trials: np.ndarray, guessing: np.ndarray | None,
                 b_range: tuple[float, float], *, replicates: int = 200, seed: int = 0,
-                max_draws: int | None = None, chunk: int = 25) -> dict[str, np.ndarray]:
+                max_draws: int | None = None, chunk: int = 25, prior: Population | None = None
+                ) -> dict[str, np.ndarray]:
     """Plug-in DDM, max gap and Top-5 of ``replicates`` hole-free benchmarks under the observed design.
 
     Args:
@@ -105,6 +120,8 @@ def design_null(theta_draws: np.ndarray, n_trials: np.ndarray, guessing: np.ndar
         n_trials: (J, I) trials per cell of the observed design (0 = not asked).
         guessing: (I,) fixed guessing rate per item, or None.
         b_range: (lo, hi) the fitted range of posterior-mean b, logits; true difficulties are U(lo, hi).
+        prior: the difficulty population the replicates' exact means use (the benchmark's; default the paper's
+            N(0, 1)).
     Returns:
         {"ddm", "max_gap", "top5_sum"}: (replicates,) arrays; "theta_draws": the number of draws used.
     """
@@ -114,14 +131,13 @@ def design_null(theta_draws: np.ndarray, n_trials: np.ndarray, guessing: np.ndar
     c = np.zeros(I) if guessing is None else np.asarray(guessing, dtype=float)
     theta = np.asarray(theta_draws, dtype=float).mean(0)
     lo, hi = b_range
-    binary = n.max() <= 1
     # Items without guessing are keyed by (trial pattern, total correct); with guessing by the whole column.
     patterns, pattern_of = np.unique(n.T, axis=0, return_inverse=True)
     pattern_of = pattern_of.reshape(-1)
     plain = c <= 0
     if plain.all() and len(patterns) <= MULTINOMIAL_MAX_PATTERNS and patterns.sum(1).max() <= MULTINOMIAL_MAX_TRIALS:
         return _multinomial_null(theta_draws, theta, patterns, np.bincount(pattern_of, minlength=len(patterns)),
-                                 (lo, hi), replicates, rng)
+                                 (lo, hi), replicates, rng, prior)
     c_values, c_index = np.unique(c, return_inverse=True)
     # A key row: (trial pattern, guessing rate, total correct for plain items | the count column with guessing).
     width = J if not plain.all() else 1
@@ -133,16 +149,15 @@ def design_null(theta_draws: np.ndarray, n_trials: np.ndarray, guessing: np.ndar
         key_space = min(float(np.prod([float(r) for r in radices])), float(replicates) * I)
         max_draws = int(np.clip(KEY_DRAW_BUDGET / key_space, MIN_DRAWS, EXACT_DRAWS))
     draws = thin_draws(np.asarray(theta_draws, dtype=float), max_draws)
+    all_draws = np.asarray(theta_draws, dtype=float)
     cache: dict[object, float] = {}
     out = {k: np.empty(replicates) for k in METRICS}
     for first in range(0, replicates, chunk):
         reps = range(first, min(replicates, first + chunk))
         per_rep = []
         for _ in reps:
-            b = rng.uniform(lo, hi, I)
-            p = c + (1.0 - c) / (1.0 + np.exp(-(theta[:, None] - b[None, :])))
-            y = (rng.random((J, I)) < p).astype(np.int64) if binary else rng.binomial(n, p)
-            y = np.where(n > 0, y, 0)
+            # each replicate's abilities are a posterior draw: the null carries the abilities' uncertainty
+            y = hole_free_counts(rng, all_draws[rng.integers(len(all_draws))], n, c, (lo, hi))
             body = y.sum(0)[:, None] if plain.all() else np.where(plain[:, None], y.sum(0)[:, None], y.T)
             rows = np.concatenate([pattern_of[:, None], c_index[:, None], body], axis=1)
             if weights is not None:  # one integer per item: a 1-D unique is far faster than one over rows
@@ -159,7 +174,7 @@ def design_null(theta_draws: np.ndarray, n_trials: np.ndarray, guessing: np.ndar
                 if t not in cache and t not in new:
                     new[t] = row
         if new:
-            _integrate(new, cache, draws, patterns, c_values)
+            _integrate(new, cache, draws, patterns, c_values, prior)
         for r, (tags, inverse, _) in zip(reps, per_rep):
             means = np.array([cache[t] for t in tags])[inverse]
             for k, v in M.headline_metrics(M.normalise(means)).items():
@@ -169,7 +184,8 @@ def design_null(theta_draws: np.ndarray, n_trials: np.ndarray, guessing: np.ndar
 
 
 def _multinomial_null(theta_draws: np.ndarray, theta: np.ndarray, patterns: np.ndarray, counts: np.ndarray,
-                      b_range: tuple[float, float], replicates: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+                      b_range: tuple[float, float], replicates: int, rng: np.random.Generator,
+                      prior: Population | None = None) -> dict[str, np.ndarray]:
     """The null without guessing and with few trial patterns, exactly and without simulating answers: an item of
     pattern p with b ~ U(lo, hi) has total r with probability pi_p(r) = mean over b of the Poisson-binomial
     P(r | b), and items are independent, so a replicate's key counts are Multinomial(I_p, pi_p) per pattern."""
@@ -191,7 +207,7 @@ def _multinomial_null(theta_draws: np.ndarray, theta: np.ndarray, patterns: np.n
         probs.append(dist.mean(0))
         total = np.arange(dist.shape[1])
         y = np.clip(total[:, None] - (np.cumsum(pattern) - pattern)[None, :], 0, pattern[None, :])
-        means.append(grid_key_moments(draws, y, np.broadcast_to(pattern, y.shape)).mean)
+        means.append(grid_key_moments(draws, y, np.broadcast_to(pattern, y.shape), prior=prior).mean)
     values = np.concatenate(means)
     order = np.argsort(values, kind="stable")
     out = {k: np.empty(replicates) for k in METRICS}
@@ -205,7 +221,7 @@ def _multinomial_null(theta_draws: np.ndarray, theta: np.ndarray, patterns: np.n
 
 
 def _integrate(new: dict[object, np.ndarray], cache: dict[object, float], draws: np.ndarray,
-               patterns: np.ndarray, c_values: np.ndarray) -> None:
+               patterns: np.ndarray, c_values: np.ndarray, prior: Population | None = None) -> None:
     """Exact posterior means of b for the keys in ``new`` (rows as built by :func:`design_null`), into cache."""
     rows = np.array(list(new.values()))
     n_rows = patterns[rows[:, 0]]
@@ -215,7 +231,7 @@ def _integrate(new: dict[object, np.ndarray], cache: dict[object, float], draws:
     total = body[:, 0]
     spread = np.clip(total[:, None] - (np.cumsum(n_rows, 1) - n_rows), 0, n_rows)
     y_rows = spread if body.shape[1] == 1 else np.where((c_rows <= 0)[:, None], spread, body)
-    moments = grid_key_moments(draws, y_rows, n_rows, c_rows if np.any(c_rows > 0) else None)
+    moments = grid_key_moments(draws, y_rows, n_rows, c_rows if np.any(c_rows > 0) else None, prior=prior)
     for t, m in zip(new, moments.item_mean):
         cache[t] = float(m)
 

@@ -20,13 +20,17 @@ class Picture:
     d: np.ndarray  # (I,) normalised difficulties, sorted
     gaps: list[tuple[float, float, float]]  # (lo, hi, mid) of the largest gaps, largest first
     title: str
+    population: tuple[np.ndarray, np.ndarray] | None = None  # (d, density per unit d) of the difficulty population
+    population_label: str = ""
 
     @classmethod
     def of(cls, source: str, n_models: int, d: np.ndarray, gaps: Sequence[Any], posterior: dict[str, Any] | None,
-           plug_in: dict[str, float], preview: bool = False, n_gaps: int = 5) -> "Picture":
+           plug_in: dict[str, float], preview: bool = False, n_gaps: int = 5,
+           population: tuple[np.ndarray, np.ndarray] | None = None, population_label: str = "") -> "Picture":
         """The picture of a diagnosis: ``d`` (I,) its normalised difficulties, ``gaps`` its largest gaps (objects
         with lo, hi, mid), ``posterior`` its metrics' posterior summaries (objects with mean, sd; None for a MAP
-        preview), ``plug_in`` its plug-in ddm, max_gap and top5_sum."""
+        preview), ``plug_in`` its plug-in ddm, max_gap and top5_sum; ``population`` the difficulty population as
+        (d, density) on the normalised axis."""
 
         def mean_sd(key: str) -> str:
             p = (posterior or {}).get(key)
@@ -39,7 +43,17 @@ class Picture:
                  f"Top-5 {mean_sd('top5_sum')}\n"
                  f"paper's plug-in: DDM {plug_in['ddm']:.3f}   max gap {plug_in['max_gap']:.3f}   "
                  f"Top-5 {plug_in['top5_sum']:.3f}")
-        return cls(d, [(g.lo, g.hi, g.mid) for g in list(gaps)[:n_gaps]], title)
+        return cls(d, [(g.lo, g.hi, g.mid) for g in list(gaps)[:n_gaps]], title, population, population_label)
+
+
+def population_on_axis(curve: Sequence[tuple[float, float]], b_min: float, b_max: float
+                       ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(b, density) pairs of a difficulty population -> (d, density per unit d) on the axis d = (b - b_min) / span."""
+    if not curve or not b_max > b_min:
+        return None
+    b, dens = np.asarray(curve, dtype=float).T
+    span = b_max - b_min
+    return (b - b_min) / span, dens * span
 
 
 def picture_figure(pic: Picture):
@@ -57,6 +71,16 @@ def picture_figure(pic: Picture):
     ax.step(np.concatenate([[0], d, [1]]), np.concatenate([[0], np.arange(1, n + 1) / n, [1]]), where="post",
             color="tab:blue", lw=1.6, label="ECDF of d")
     ax.plot(d, np.full(n, -0.03), "|", color="k", ms=10, alpha=0.6 if n < 500 else 0.15, label="items")
+    if pic.population is not None:  # the prior the difficulties were given, beside their ECDF
+        x, dens = pic.population
+        keep = (x >= -0.01) & (x <= 1.01)
+        twin = ax.twinx()
+        twin.fill_between(x[keep], dens[keep], color="tab:green", alpha=0.15, lw=0)
+        twin.plot(x[keep], dens[keep], color="tab:green", lw=1.0, label=f"population: {pic.population_label}")
+        twin.set_ylim(0, 1.25 * float(dens[keep].max()) if keep.any() else 1.0)
+        twin.set_ylabel("population density (per unit d)", color="tab:green", fontsize=8)
+        twin.tick_params(axis="y", labelsize=7, colors="tab:green")
+        twin.legend(loc="upper left", fontsize=7, framealpha=0.9)
     ax.set_xlim(-0.01, 1.01)
     ax.set_ylim(-0.06, 1.06)
     ax.set_xlabel("normalised difficulty d (0 = easiest item, 1 = hardest)")

@@ -6,11 +6,12 @@ import math
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from benchfill.diagnostics.picture import Picture, write_picture
+from benchfill.diagnostics.picture import Picture, population_on_axis, write_picture
 from benchfill.diagnostics.report import Diagnosis
 
 
@@ -71,6 +72,12 @@ def diagnosis_tables(dg: Diagnosis, n_gaps: int = 5) -> Group:
         notes.append(f"resolution: {r.distinct_keys} distinct likelihood keys -> max gap >= {r.max_gap_floor:.3f}, "
                      f"Top-5 >= {r.top5_floor:.3f} for any benchmark"
                      + (f"; null: {dg.null.replicates} hole-free benchmarks of this design" if dg.null else ""))
+    if dg.population is not None:
+        notes.append(f"difficulty population: {dg.population.label}; 90 % of it in [{dg.population.q05:.2f}, "
+                     f"{dg.population.q95:.2f}] logits")
+    if dg.reach is not None and dg.reach.solved_by_none + dg.reach.solved_by_all:
+        notes.append(f"beyond the panel's reach: {dg.reach.solved_by_none} item(s) solved by no model, "
+                     f"{dg.reach.solved_by_all} by every model (b bounded on one side only)")
     notes.append(f"paper's i.i.d. uniform baseline: max gap / median max gap of {dg.n_items} uniform points = "
                  f"{dg.uniform_baseline_ratio:.2f}x (median {dg.uniform_median_max_gap:.4f}; ignores the design)")
     parts.append(Text("\n".join(notes), style="dim"))
@@ -81,8 +88,9 @@ def diagnosis_tables(dg: Diagnosis, n_gaps: int = 5) -> Group:
     for col in ("#", "lo", "hi", "width", "fill target (mid)", "design"):
         gaps.add_column(col, justify="right")
     for k, g in enumerate(dg.gaps[:n_gaps], start=1):
-        gaps.add_row(str(k), _fmt(g.lo), _fmt(g.hi), _fmt(g.width), _fmt(g.mid),
-                     Text("at floor", style="yellow") if g.at_floor else Text("resolvable", style="green"))
+        design = (Text("beyond reach", style="yellow") if g.beyond_reach else
+                  Text("at floor", style="yellow") if g.at_floor else Text("resolvable", style="green"))
+        gaps.add_row(str(k), _fmt(g.lo), _fmt(g.hi), _fmt(g.width), _fmt(g.mid), design)
 
     checks = Table(title=f"checks: {dg.checks_passed}/{len(dg.checks)} passed", title_justify="left")
     for col in ("check", "what", "result", "value", "threshold"):
@@ -133,8 +141,12 @@ def suite_table(rows: Sequence[tuple[str, Diagnosis]], title: str) -> Table:
 
 
 def picture_of(dg: Diagnosis, n_gaps: int = 5) -> Picture:
+    b = np.array([it.b for it in dg.items])
+    pop = dg.population
+    on_axis = None if pop is None or b.size < 2 else population_on_axis(pop.curve, float(b.min()), float(b.max()))
     return Picture.of(dg.source, dg.n_models, dg.d_values(), dg.gaps, dg.posterior,
-                      {"ddm": dg.ddm, "max_gap": dg.max_gap, "top5_sum": dg.top5_sum}, dg.sampler.preview, n_gaps)
+                      {"ddm": dg.ddm, "max_gap": dg.max_gap, "top5_sum": dg.top5_sum}, dg.sampler.preview, n_gaps,
+                      on_axis, "" if pop is None else pop.kind)
 
 
 def diagnosis_figure(dg: Diagnosis, n_gaps: int = 5):

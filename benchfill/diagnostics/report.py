@@ -23,6 +23,7 @@ from benchfill.irt.fast import reduce_items
 from benchfill.irt.fit import fit_irt
 from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings, thin_draws
 from benchfill.irt.placement import exact_item_moments
+from benchfill.irt.prior import Population
 
 if TYPE_CHECKING:
     from benchfill.diagnostics.picture import Painter, Picture
@@ -35,7 +36,7 @@ def _no_stage(_: str) -> None:
     return None
 
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: the difficulty population (population, reach; gaps' beyond_reach)
 NULL_REPLICATES = 200
 NULL_TOL = 1e-9  # the null reproduces a coarse design's plug-in exactly: only a real excess may flag
 NAMES = {"ddm": "DDM", "max_gap": "max gap", "top5_sum": "Top-5 sum"}
@@ -48,6 +49,48 @@ class GapOut(BaseModel):
     width: float
     at_floor: bool = Field(False, description="no placement the benchmark's own design can give lies strictly "
                                               "inside: an item answered like the others cannot be seen to fill it")
+    beyond_reach: bool = Field(False, description="the gap ends at items solved by no model or by every model "
+                                                  "(b bounded on one side only): stronger or weaker models would "
+                                                  "resolve it, more rollouts of these would not")
+
+
+class PopulationOut(BaseModel):
+    """The difficulty population g(b) the difficulties were given as their prior (SPEC section 2)."""
+
+    kind: str = Field(description="'spline' (learned log-spline, the default), 'normal' (learned N(mu, sigma)) or "
+                                  "'paper' (the paper's fixed N(0, 1))")
+    label: str
+    mean: float = Field(description="mean of g, logits")
+    sd: float = Field(description="SD of g, logits")
+    q05: float
+    q50: float
+    q95: float
+    mu: float = Field(description="the normal envelope's mean, logits")
+    sigma: float = Field(description="the normal envelope's SD, logits")
+    spline_coefficients: int = Field(0, description="coefficients of the spline correction (0: none)")
+    penalty: float = Field(0.0, description="ridge penalty of the spline, chosen by BIC")
+    curve: list[tuple[float, float]] = Field(default_factory=list, description="(b, density) for pictures")
+
+    @classmethod
+    def of(cls, prior: Population, points: int = 121) -> "PopulationOut":
+        mean, sd = prior.moments()
+        q = prior.quantiles([0.05, 0.5, 0.95])
+        x, dens = prior.grid(points)
+        return cls(kind=prior.kind, label=prior.label(), mean=mean, sd=sd, q05=float(q[0]), q50=float(q[1]),
+                   q95=float(q[2]), mu=prior.mu, sigma=prior.sigma, spline_coefficients=int(prior.coef.size),
+                   penalty=prior.penalty, curve=[(round(float(a), 4), float(f"{b:.5g}")) for a, b in zip(x, dens)])
+
+
+class ReachOut(BaseModel):
+    """Items beyond the panel's reach: solved by no model in any trial, or by every model in every trial. Their b
+    is bounded on one side only (the population's tail places them), yet they set the axis' ends."""
+
+    solved_by_none: int
+    solved_by_all: int
+    share: float = Field(description="share of items beyond reach")
+    span_within_reach: float | None = Field(
+        None, description="(max b - min b) of the items within reach, as a share of the whole axis' span: how "
+                          "much of the axis the items beyond reach add (1 = none)")
 
 
 class MetricPosterior(BaseModel):
@@ -147,6 +190,9 @@ class Diagnosis(BaseModel):
     null: NullOut | None = Field(None, description="design-aware null (SPEC section 3); null where it does not "
                                                    "apply (2PL, estimated guessing)")
     resolution: ResolutionOut | None = None
+    population: PopulationOut | None = Field(None, description="the difficulty population (the prior of every b)")
+    reach: ReachOut | None = Field(None, description="items beyond the panel's reach and how the axis depends "
+                                                     "on them")
     uniform_median_max_gap: float = Field(description="the paper's baseline: median max gap of n i.i.d. U(0, 1)")
     uniform_baseline_ratio: float = Field(description="the paper's ratio: plug-in max gap / that median")
     flags: dict[str, bool] = Field(description="fires when the posterior mean reaches the paper's threshold AND "
@@ -324,6 +370,53 @@ def design_warnings(responses: ResponseMatrix, resolution: ResolutionOut, verdic
     return out
 
 
+def null_range(responses: ResponseMatrix, fit: IRTFit, seed: int = 0) -> tuple[float, float]:
+    """Where the null's uniform difficulties lie: the range of the uniform population that best fits this benchmark
+    (maximum marginal likelihood, abilities at their posterior mean), i.e. this benchmark were its difficulties
+    spread evenly over their own range. (The range of the posterior-mean b instead depends on the prior's pull on
+    the extreme keys: a wide learned population pushes them out, and a null over that range flagged a uniform
+    benchmark's DDM on a binary 12-model design.)"""
+    from benchfill.irt import population
+
+    keys = reduce_items(responses.n_correct, responses.n_trials, fit.spec.guessing)
+    theta = fit.flat("theta").mean(0)
+    return population.uniform_range(population.fit_grid(keys, theta, seed))
+
+
+def reach_of(responses: ResponseMatrix, b: np.ndarray, d: np.ndarray) -> tuple[ReachOut, np.ndarray]:
+    """Items beyond the panel's reach and the d values they sit at (sorted, unique)."""
+    asked = responses.n_trials.sum(0)
+    right = responses.n_correct.sum(0)
+    none, every = (right == 0) & (asked > 0), (right == asked) & (asked > 0)
+    beyond = none | every
+    span = float(b.max() - b.min())
+    inside = b[~beyond]
+    within = float(np.ptp(inside)) / span if inside.size >= 2 and span > 0 else None
+    out = ReachOut(solved_by_none=int(none.sum()), solved_by_all=int(every.sum()),
+                   share=float(beyond.mean()) if beyond.size else 0.0, span_within_reach=within)
+    return out, np.unique(d[beyond])
+
+
+def touches(lo: float, hi: float, beyond_d: np.ndarray) -> bool:
+    """Whether a gap [lo, hi] ends at an item beyond the panel's reach."""
+    return bool(beyond_d.size and np.min(np.abs(beyond_d[:, None] - np.array([lo, hi])[None, :])) <= 1e-12)
+
+
+def reach_warnings(reach: ReachOut, top: list, beyond_d: np.ndarray) -> list[str]:
+    """A line when items beyond reach stretch the axis or bound its largest gap."""
+    out = []
+    n = reach.solved_by_none + reach.solved_by_all
+    if n and reach.span_within_reach is not None and reach.span_within_reach < 0.9:
+        out.append(f"{n} item(s) are beyond the panel's reach ({reach.solved_by_none} solved by no model, "
+                   f"{reach.solved_by_all} by every model): their difficulty is bounded on one side only and set by "
+                   f"the population's tail, yet they stretch the axis (the items within reach span "
+                   f"{reach.span_within_reach:.0%} of it). Stronger and weaker models would place them.")
+    if top and touches(top[0].lo, top[0].hi, beyond_d):
+        out.append(f"the largest gap [{top[0].lo:.3f}, {top[0].hi:.3f}] ends at items beyond the panel's reach: "
+                   "its width depends on where the population's tail puts them.")
+    return out
+
+
 def build_diagnosis(
     responses: ResponseMatrix,
     fit: IRTFit,
@@ -353,29 +446,38 @@ def build_diagnosis(
     median_gap = M.uniform_max_gap_median(len(d), baseline_sims, seed)
     timings["metrics"] = time.perf_counter() - clock
     top = M.gaps(d, top=top_gaps)
+    prior = fit.spec.population_prior
+    population = PopulationOut.of(prior)
     if on_picture is not None:
-        from benchfill.diagnostics.picture import Picture
+        from benchfill.diagnostics.picture import Picture, population_on_axis
 
         on_picture(Picture.of(responses.source, len(fit.models), d, top, posterior, plug_in, fit.is_map,
-                              n_gaps=top_gaps))
+                              n_gaps=top_gaps, population=population_on_axis(population.curve, float(b.min()),
+                                                                              float(b.max())),
+                              population_label=population.kind))
     stage("the design's null (benchmarks without holes, answered like this one)")
     clock = time.perf_counter()
     guess = fit.spec.guessing
     null_out = None
     if fit.spec.kind == "1pl" and fit.c is None:
-        sims = design_null(fit.flat("theta"), responses.n_trials, guess, (float(b.min()), float(b.max())),
-                           replicates=null_replicates, seed=seed)
+        b_range = null_range(responses, fit, seed)
+        # the replicates' exact means use the benchmark's own learned population: a population learned once
+        # from pooled hole-free replicates lacks the noise of one benchmark's and flagged a uniform benchmark's
+        # DDM on a binary 12-model design; the observed one keeps its features in both (conservative)
+        sims = design_null(fit.flat("theta"), responses.n_trials, guess, b_range,
+                           replicates=null_replicates, seed=seed, prior=prior)
         null_out = NullOut(**{k: MetricNull(**v) for k, v in summarise_null(sims).items()},
                            replicates=null_replicates, theta_draws=int(sims["theta_draws"]))
     guess_value = float(np.max(guess)) if guess is not None and np.any(guess > 0) else None
     attainable = None  # where a new item answered like the benchmark's typical item can land
     if fit.spec.kind == "1pl" and fit.c is None and _common_guessing(guess):
-        values = attainable_b(fit.flat("theta"), modal_pattern(responses.n_trials), guess_value or 0.0)
+        values = attainable_b(fit.flat("theta"), modal_pattern(responses.n_trials), guess_value or 0.0, prior)
         attainable = None if values is None else M.normalise(values, b.min(), b.max())
     timings["null"] = time.perf_counter() - clock  # the null and the placements a new item can reach
     null_by_metric = None if null_out is None else {k: getattr(null_out, k) for k in THRESHOLDS}
     flags, verdicts = decide(plug_in, posterior, null_by_metric)
     resolution = resolution_of(responses, guess, null_by_metric)
+    reach, beyond_d = reach_of(responses, b, d)
     acc = responses.accuracy_by_model()
     s = fit.settings
     sd = {k: (posterior[k].sd if posterior else None) for k in ("ddm", "w1_uniform", "max_gap", "top5_sum")}
@@ -394,8 +496,11 @@ def build_diagnosis(
         max_gap=plug_in["max_gap"], max_gap_sd=sd["max_gap"], top5_sum=plug_in["top5_sum"],
         top5_sum_sd=sd["top5_sum"], posterior=posterior, null=null_out, resolution=resolution,
         uniform_median_max_gap=median_gap, uniform_baseline_ratio=plug_in["max_gap"] / median_gap,
-        flags=flags, verdicts=verdicts, warnings=design_warnings(responses, resolution, verdicts, null_out),
-        gaps=[GapOut(**g.model_dump(), at_floor=gap_is_unfillable(g.lo, g.hi, attainable)) for g in top],
+        population=population, reach=reach,
+        flags=flags, verdicts=verdicts,
+        warnings=design_warnings(responses, resolution, verdicts, null_out) + reach_warnings(reach, top, beyond_d),
+        gaps=[GapOut(**g.model_dump(), at_floor=gap_is_unfillable(g.lo, g.hi, attainable),
+                     beyond_reach=touches(g.lo, g.hi, beyond_d)) for g in top],
         checks=[CheckOut(**c.model_dump()) for c in checks],
         items=[ItemOut(item_id=i, b=float(bb), b_sd=float(sd), d=float(dd))
                for i, bb, sd, dd in zip(fit.item_ids, b, fit.b_sd, d)],

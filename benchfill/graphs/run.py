@@ -72,16 +72,22 @@ class FillOptions:
                 "sampler": self.sampler, "seed": self.seed}
 
 
-def refuse_floor_gaps(dg: Diagnosis, scale: Scale, panel: list[ModelConfig], n_gaps: int, where: str) -> None:
+def refuse_floor_gaps(dg: Diagnosis, scale: Scale, panel: list[ModelConfig], n_gaps: int, where: str
+                      ) -> list[tuple[float, float]]:
     """SPEC section 4.1: a gap at the design's resolution floor is not a target unless asked for. Here that is a gap
-    with no placement the labelling panel can give strictly inside: the panel cannot measure whether it was
-    filled (a child lands on one of its likelihood keys, i.e. on or outside the gap's edges)."""
+    with no placement the labelling panel can give strictly inside (under the scale's population): the panel cannot
+    measure whether it was filled (a child lands on one of its likelihood keys, i.e. on or outside the gap's
+    edges). Such gaps are passed over for the next largest while ``n_gaps`` fillable ones remain among the
+    diagnosis' gaps (returned, to skip); otherwise the first one is refused with the reason."""
     from benchfill.diagnostics.null import attainable_b, gap_is_unfillable
 
     by_model = {m.label: m.rollouts for m in panel}
     pattern = np.array([by_model.get(m, 0) for m in scale.models])
-    values = attainable_b(scale.theta_draws, pattern, scale.guessing)
+    values = attainable_b(scale.theta_draws, pattern, scale.guessing, scale.population)
     attainable = None if values is None else scale.normalise(values)
+    floor = [(g.lo, g.hi) for g in dg.gaps if gap_is_unfillable(g.lo, g.hi, attainable)]
+    if len(dg.gaps) - len(floor) >= n_gaps:
+        return floor
     for k, g in enumerate(dg.gaps[:n_gaps], start=1):
         if gap_is_unfillable(g.lo, g.hi, attainable):
             raise InputError(where, f"gap {k} [{g.lo:.3f}, {g.hi:.3f}] (width {g.width:.3f}) is at the design's "
@@ -155,8 +161,10 @@ class FillRun:
         self.items: list[Item] = [by_id[i] for i in self.scale.item_ids]
         self.d = np.array([it.d for it in self.diagnosis.items])
         self.panel = simulated_panel(config, self.scale) if config.simulated else _check_panel(config, self.scale)
+        self.floor_gaps: list[tuple[float, float]] = []  # gaps the panel cannot measure: passed over
         if not opts.allow_floor_gaps:
-            refuse_floor_gaps(self.diagnosis, self.scale, self.panel, opts.n_gaps, str(opts.responses))
+            self.floor_gaps = refuse_floor_gaps(self.diagnosis, self.scale, self.panel, opts.n_gaps,
+                                                str(opts.responses))
         sim = None
         if config.simulated:
             from benchfill.models.sim import SimWorld
@@ -208,17 +216,20 @@ class FillRun:
         return dg, scale
 
     def run(self) -> dict[str, Any]:
-        fixed = [] if self.params.sequential else [(g.lo, g.hi) for g in self.diagnosis.gaps[: self.opts.n_gaps]]
+        targets = [(g.lo, g.hi) for g in self.diagnosis.gaps if (g.lo, g.hi) not in self.floor_gaps]
+        fixed = [] if self.params.sequential else targets[: self.opts.n_gaps]
         if not self.params.sequential and len(fixed) < self.opts.n_gaps:
             raise InputError(str(self.opts.responses), f"--gaps {self.opts.n_gaps}: the diagnosis lists only "
                                                        f"{len(fixed)} gaps")
         ckpt = self.out / CHECKPOINTS_DB
-        bf = run_search(self.ctx, ckpt, FillState(method="benchfill", n_gaps=self.opts.n_gaps, fixed_gaps=fixed),
+        bf = run_search(self.ctx, ckpt, FillState(method="benchfill", n_gaps=self.opts.n_gaps, fixed_gaps=fixed,
+                                                  skipped=list(self.floor_gaps)),
                         resume=self.opts.resume, on_event=self.on_event)
         if self.opts.compare:
             rounds = [g["rounds"] for g in self.bank.gaps("benchfill")]
             run_search(self.ctx, ckpt, FillState(method="baseline", n_gaps=self.opts.n_gaps, fixed_gaps=fixed,
-                                                 budget_rounds=rounds), resume=self.opts.resume,
+                                                 budget_rounds=rounds, skipped=list(self.floor_gaps)),
+                       resume=self.opts.resume,
                        on_event=self.on_event)
         summary = self.summary(final_state=bf)
         atomic_write_json(self.out / SUMMARY, summary)

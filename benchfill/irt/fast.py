@@ -54,6 +54,7 @@ from benchfill.data import ResponseMatrix
 from benchfill.forking import available_cores, start_method
 from benchfill.irt.fit import register_sampler
 from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings
+from benchfill.irt.prior import Population
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,7 @@ class Block:
         r, mult: (Kb,) total correct and number of items.
         log_c: log guessing rate, None for c = 0.
         anchor, wbar: (J,) the tracking rule (zeros: a fixed lattice).
+        prior: the difficulty population g(b) (its log density is part of every key's log density).
     """
 
     keys: np.ndarray
@@ -181,6 +183,7 @@ class Block:
     n_shared: np.ndarray | None
     anchor: np.ndarray
     wbar: np.ndarray
+    prior: Population
 
     @property
     def width(self) -> int:
@@ -208,7 +211,7 @@ class Block:
         return (thetas - self.anchor) @ self.wbar
 
 
-def make_block(keys: ItemKeys, sel: np.ndarray, lo: float, h: float, n_nodes: int,
+def make_block(keys: ItemKeys, sel: np.ndarray, lo: float, h: float, n_nodes: int, prior: Population,
                starts: np.ndarray | None = None, width: int | None = None,
                anchor: np.ndarray | None = None, wbar: np.ndarray | None = None) -> Block:
     """A block for keys ``sel`` on the lattice lo + h * (0..n_nodes-1) (+ delta(theta)); windows
@@ -229,7 +232,7 @@ def make_block(keys: ItemKeys, sel: np.ndarray, lo: float, h: float, n_nodes: in
         keys=np.asarray(sel), grid=grid, h=float(h), idx=idx, nodes=nodes, n=n, y=keys.y[sel], r=keys.r[sel],
         mult=keys.mult[sel], log_c=float(np.log(cs[0])) if cs[0] > 0 else None, n_shared=shared,
         anchor=np.zeros(J) if anchor is None else np.asarray(anchor, dtype=float),
-        wbar=np.zeros(J) if wbar is None else np.asarray(wbar, dtype=float),
+        wbar=np.zeros(J) if wbar is None else np.asarray(wbar, dtype=float), prior=prior,
     )
 
 
@@ -273,7 +276,7 @@ def lattice_terms(thetas: np.ndarray, blk: Block) -> tuple[np.ndarray, np.ndarra
     B, L = len(thetas), len(blk.grid)
     grid = blk.grid[None, :] + delta[:, None]  # (B, L)
     X = thetas[:, :, None] - grid[:, None, :]  # (B, J, L)
-    base = -0.5 * grid**2
+    base = blk.prior.log_density_unnormalised(grid)
     weights, terms = [], []
     if blk.n_shared is not None:
         base = base - np.einsum("j,bjl->bl", blk.n_shared, softplus(X))
@@ -290,13 +293,31 @@ def lattice_terms(thetas: np.ndarray, blk: Block) -> tuple[np.ndarray, np.ndarra
     return base, per_key, delta
 
 
+def grid_log_likelihood(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarray, X: np.ndarray, sp: np.ndarray,
+                        grid: np.ndarray) -> np.ndarray:
+    """(K, G) b-dependent log-likelihood of K keys on one b-grid at one ability vector, nats.
+
+    Args:
+        n, y: (K, J) float trials and correct counts; r: (K,) total correct; c: (K,) guessing rates.
+        X: (J, G) theta_j - grid; sp: softplus(X) (shared by every chunk of keys, so computed by the caller).
+        grid: (G,) b nodes, logits.
+    """
+    ell = -(n @ sp) - r[:, None] * grid[None, :]  # 1PL: log sigmoid = X - sp, log(1 - sigmoid) = -sp
+    for cv in np.unique(c[c > 0]):  # with guessing: y log(c + (1 - c) s) + (n - y) log((1 - c)(1 - s))
+        gi = np.flatnonzero(c == cv)
+        log_right = np.logaddexp(np.log(cv), np.log1p(-cv) + X - sp)
+        log_wrong = np.log1p(-cv) - sp
+        ell[gi] = y[gi] @ log_right + (n[gi] - y[gi]) @ log_wrong
+    return ell
+
+
 def block_log_density(thetas: np.ndarray, blk: Block) -> tuple[np.ndarray, np.ndarray]:
     """Unnormalised log conditional density of b for every key of the block on its window nodes.
 
     Args:
         thetas: (B, J) ability vectors.
     Returns:
-        ell (B, Kb, G): log N(b; 0, 1) + b-dependent log-likelihood, nats (same constant for all nodes of a key);
+        ell (B, Kb, G): log g(b) (the prior) + b-dependent log-likelihood, nats (same constant for all nodes of a key);
         delta (B,): the lattice shift, so node values are ``blk.nodes + delta``.
     """
     base, per_key, delta = lattice_terms(thetas, blk)
@@ -316,7 +337,7 @@ def block_logp_grad(theta: np.ndarray, blk: Block) -> tuple[float, np.ndarray]:
     grid = blk.grid + delta
     X = theta[:, None] - grid[None, :]  # (J, L)
     SP, SG = softplus_sigmoid(X)
-    prior = -0.5 * grid**2
+    prior = blk.prior.log_density_unnormalised(grid)
     if blk.n_shared is not None:
         base = prior - blk.n_shared @ SP  # (L,)
         ell = base[None, :] if blk.idx is None else base[blk.idx]
@@ -414,22 +435,23 @@ class MarginalModel:
         return int(sum(b.size for b in self.blocks))
 
 
-def _spacing_bound(keys: ItemKeys, sel: np.ndarray) -> float:
-    """Node spacing safe for every key: the conditional log density's curvature is at most 1 + sum_j n_j / 4."""
-    return 1.0 / (H_FACTOR * np.sqrt(1.0 + keys.n[sel].sum(1).max() / 4.0))
+def _spacing_bound(keys: ItemKeys, sel: np.ndarray, prior: Population) -> float:
+    """Node spacing safe for every key: the conditional log density's curvature is at most the prior's plus
+    sum_j n_j / 4."""
+    return 1.0 / (H_FACTOR * np.sqrt(prior.curvature + keys.n[sel].sum(1).max() / 4.0))
 
 
-def _full_blocks(keys: ItemKeys, lo: float, hi: float) -> list[Block]:
+def _full_blocks(keys: ItemKeys, lo: float, hi: float, prior: Population) -> list[Block]:
     """Wide fixed lattices [lo, hi] at the safe spacing, one per guessing rate, split so no temporary exceeds
     the element budget (a pilot: robust, not fast)."""
     blocks = []
     for cval in np.unique(keys.c):
         sel = np.flatnonzero(keys.c == cval)
-        h = _spacing_bound(keys, sel)
+        h = _spacing_bound(keys, sel, prior)
         L = int(np.ceil((hi - lo) / h)) + 1
         per = max(1, ELEMENT_BUDGET // L)
         for s in range(0, len(sel), per):
-            blocks.append(make_block(keys, sel[s : s + per], lo, h, L))
+            blocks.append(make_block(keys, sel[s : s + per], lo, h, L, prior))
     return blocks
 
 
@@ -451,17 +473,20 @@ def _positive_definite(H: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.maximum(w, 1e-6 * max(w.max(), 1.0)), V
 
 
-def _mode_and_cov(model: MarginalModel, theta0: np.ndarray, gtol: float = 1e-8, max_iter: int = 200
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def _mode_and_cov(model: MarginalModel, theta0: np.ndarray, gtol: float = 1e-8, max_iter: int = 200,
+                  curvature: np.ndarray | None = None, with_cov: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Posterior mode of theta and the Laplace covariance there.
 
     Newton steps with a backtracking (Armijo) line search, the curvature started from the finite-difference
     Hessian and kept up to date by BFGS updates: J is ~12 and the function smooth, so this converges in a handful
     of steps. (Written out rather than scipy.optimize: importing scipy.optimize alone costs ~0.5 s, a fifth of a
-    whole small ``diagnose``.) The covariance is the inverse of the finite-difference Hessian at the mode."""
+    whole small ``diagnose``.) The covariance is the inverse of the finite-difference Hessian at the mode.
+
+    ``curvature``: a starting -Hessian (J, J) instead of measuring one (e.g. from a nearby mode); ``with_cov=False``
+    skips the final Hessian and returns the BFGS curvature's inverse instead (2 J gradients fewer each)."""
     theta = np.asarray(theta0, dtype=float).copy()
     lp, g = model.logp_grad(theta)
-    w, V = _positive_definite(_neg_hessian(model, theta))
+    w, V = _positive_definite(_neg_hessian(model, theta) if curvature is None else curvature)
     B = (V * w) @ V.T  # curvature model of -log p
     for _ in range(max_iter):
         if np.max(np.abs(g)) <= gtol:
@@ -494,7 +519,7 @@ def _mode_and_cov(model: MarginalModel, theta0: np.ndarray, gtol: float = 1e-8, 
             B = B - np.outer(Bs, Bs) / float(s_k @ Bs) + np.outer(y_k, y_k) / sy
         if np.max(np.abs(t * step)) < 1e-12:
             break
-    w, V = _positive_definite(_neg_hessian(model, theta))
+    w, V = _positive_definite(_neg_hessian(model, theta) if with_cov else B)
     return theta, (V / w) @ V.T
 
 
@@ -521,13 +546,13 @@ class KeyWindows:
     theta: np.ndarray
 
 
-def key_windows(keys: ItemKeys, theta: np.ndarray, lo: float, hi: float) -> KeyWindows:
+def key_windows(keys: ItemKeys, theta: np.ndarray, lo: float, hi: float, prior: Population) -> KeyWindows:
     """Scan each key's conditional log density at ``theta`` on a wide lattice [lo, hi] (see :class:`KeyWindows`).
 
     Raises _RangeTooNarrow when some density is still above the cut at the lattice's ends."""
     K, J = keys.n.shape
     a, b, h, w = np.empty(K), np.empty(K), np.empty(K), np.empty((K, J))
-    for blk in _full_blocks(keys, lo, hi):
+    for blk in _full_blocks(keys, lo, hi, prior):
         ell = block_log_density(theta[None, :], blk)[0][0]  # (Kb, L)
         mx = ell.max(1, keepdims=True)
         inside = ell >= mx - LOG_CUT
@@ -551,7 +576,7 @@ def key_windows(keys: ItemKeys, theta: np.ndarray, lo: float, hi: float) -> KeyW
         a[blk.keys] = g[first] - pad
         b[blk.keys] = g[last] + pad
         win = (g[None, :] >= a[blk.keys][:, None]) & (g[None, :] <= b[blk.keys][:, None])
-        curv = 1.0 + np.where(win, blk.n @ curv_n, 0.0).max(1)  # largest curvature over the window (+ prior)
+        curv = prior.curvature + np.where(win, blk.n @ curv_n, 0.0).max(1)  # largest curvature over the window
         h[blk.keys] = 1.0 / (H_FACTOR * np.sqrt(curv))
     return KeyWindows(a, b, h, w, np.asarray(theta, dtype=float))
 
@@ -578,13 +603,16 @@ def draw_margins(shifts: np.ndarray) -> MarginFn:
     return margins
 
 
-def _block_cost(n_keys: int, width: int, n_nodes: int, J: int) -> float:
+BATCHED_BLOCK_OVERHEAD = 2_500.0  # the per-block overhead per ability vector where blocks are used in batches
+
+
+def _block_cost(n_keys: int, width: int, n_nodes: int, J: int, overhead: float = 25_000.0) -> float:
     # ~ns per logp evaluation (measured: ~16 ns per window node, ~8 ns per (model, lattice node), ~25 us of
-    # numpy call overhead per block)
-    return 16.0 * n_keys * width + 8.0 * J * n_nodes + 25_000.0
+    # numpy call overhead per block for one ability vector; batched evaluations share it over the batch)
+    return 16.0 * n_keys * width + 8.0 * J * n_nodes + overhead
 
 
-def build_blocks(keys: ItemKeys, win: KeyWindows, margins: MarginFn, track: bool = True,
+def build_blocks(keys: ItemKeys, win: KeyWindows, margins: MarginFn, prior: Population, track: bool = True,
                  for_draws: bool = False) -> list[Block]:
     """Group keys (per guessing rate, by node spacing) into shared tracking lattices, merging groups while
     that is cheaper; each key's window gets ``margins(w_k, wbar)`` of room for theta's uncertainty.
@@ -614,7 +642,7 @@ def build_blocks(keys: ItemKeys, win: KeyWindows, margins: MarginFn, track: bool
             n_nodes = int(np.ceil((b.max() - lo) / hh)) + width
             starts = np.floor((a - lo) / hh).astype(np.int64)
             return {"wbar": wbar, "h": hh, "lo": lo, "width": width, "n_nodes": n_nodes, "starts": starts,
-                    "cost": _block_cost(len(g), width, n_nodes, J)}
+                    "cost": _block_cost(len(g), width, n_nodes, J, BATCHED_BLOCK_OVERHEAD)}
 
         merged: list[tuple[np.ndarray, dict]] = []
         for g in groups:
@@ -651,7 +679,7 @@ def build_blocks(keys: ItemKeys, win: KeyWindows, margins: MarginFn, track: bool
                 part = slice(s, s + per)
                 full = width >= (0.9 if windows_pay else 0.35 if dense else 0.8) * n_nodes
                 starts = None if full else sg["starts"][part]
-                blocks.append(make_block(keys, g[part], sg["lo"], sg["h"], n_nodes, starts, width,
+                blocks.append(make_block(keys, g[part], sg["lo"], sg["h"], n_nodes, prior, starts, width,
                                          anchor=win.theta, wbar=sg["wbar"]))
     return blocks
 
@@ -665,6 +693,7 @@ class Marginal:
         mode: (J,) its mode; cov: (J, J) the Laplace covariance there, logits^2.
         windows: each key's conditional-posterior window at the mode.
         pilot_half_width: half-width (logits) of the pilot lattice that bracketed every conditional.
+        prior: the difficulty population.
     """
 
     model: MarginalModel
@@ -672,24 +701,40 @@ class Marginal:
     cov: np.ndarray
     windows: KeyWindows
     pilot_half_width: float
+    prior: Population
 
     def draw_blocks(self, thetas: np.ndarray) -> list[Block]:
         """Lattices for drawing difficulties given the ability draws (S, J): every window covers the exact
         range of its key's conditional mode over these draws."""
-        return build_blocks(self.model.keys, self.windows, draw_margins(thetas - self.windows.theta), for_draws=True)
+        return build_blocks(self.model.keys, self.windows, draw_margins(thetas - self.windows.theta), self.prior,
+                            for_draws=True)
 
 
-def build_marginal(keys: ItemKeys) -> Marginal:
-    """Pilot on wide fixed lattices -> mode and covariance of theta -> per-key windows -> the fast model."""
+def pilot_range(theta: np.ndarray, half: float, prior: Population) -> tuple[float, float]:
+    """A pilot lattice's ends: ``half`` logits beyond the abilities (and 0), and the prior's reach (to 80 nats below
+    its peak: a conditional whose peak lies in the prior's tail spans LOG_CUT below that peak; a lattice that
+    turns out too narrow is widened)."""
+    p_lo, p_hi = prior.support(cut=50.0)
+    return min(-half, theta.min() - half, p_lo), max(half, theta.max() + half, p_hi)
+
+
+def pilot_model(keys: ItemKeys, theta: np.ndarray, half: float, prior: Population) -> MarginalModel:
+    """log p(theta | y) on wide fixed lattices around ``theta`` (robust, not fast: for modes)."""
+    return MarginalModel(keys, tuple(_full_blocks(keys, *pilot_range(theta, half, prior), prior)))
+
+
+def build_marginal(keys: ItemKeys, prior: Population, theta0: np.ndarray | None = None) -> Marginal:
+    """Pilot on wide fixed lattices -> mode and covariance of theta -> per-key windows -> the fast model.
+    ``theta0``: where the mode search starts (default 0)."""
     J = keys.n.shape[1]
-    theta = np.zeros(J)
+    theta = np.zeros(J) if theta0 is None else np.asarray(theta0, dtype=float).copy()
     half = 14.0
     for _ in range(6):
-        lo, hi = min(-half, theta.min() - half), max(half, theta.max() + half)
-        pilot = MarginalModel(keys, tuple(_full_blocks(keys, lo, hi)))
+        lo, hi = pilot_range(theta, half, prior)
+        pilot = MarginalModel(keys, tuple(_full_blocks(keys, lo, hi, prior)))
         theta_new, cov = _mode_and_cov(pilot, theta)
         try:
-            win = key_windows(keys, theta_new, lo, hi)
+            win = key_windows(keys, theta_new, lo, hi, prior)
         except _RangeTooNarrow:
             theta, half = theta_new, half * 1.5
             continue
@@ -697,10 +742,10 @@ def build_marginal(keys: ItemKeys) -> Marginal:
         break
     else:  # pragma: no cover - would need abilities beyond ~100 logits
         raise RuntimeError("could not bracket the conditional posteriors of the difficulties")
-    model = MarginalModel(keys, tuple(build_blocks(keys, win, cov_margins(cov))))
+    model = MarginalModel(keys, tuple(build_blocks(keys, win, cov_margins(cov), prior)))
     # the mode again on the fast lattices (the same function to ~1e-12), for the proposal / NUTS whitening
     theta, cov = _mode_and_cov(model, theta)
-    return Marginal(model, theta, cov, win, half)
+    return Marginal(model, theta, cov, win, half, prior)
 
 
 # ------------------------------------------------------------------------------------------------ abilities: IMH
@@ -1254,7 +1299,7 @@ def _fit_fast(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSetting
     I = len(responses.item_ids)
     if settings.chains * settings.draws * I >= PARALLEL_MIN_DRAWS or keys.n_keys >= PARALLEL_MIN_KEYS:
         _warm_forkserver()  # its start-up (~1 s of imports in another process) overlaps the set-up below
-    marginal = build_marginal(keys)
+    marginal = build_marginal(keys, spec.population_prior)
     model = marginal.model
     rng = np.random.default_rng(np.random.SeedSequence([settings.seed, 0xADA]))
     proposal = laplace_proposal(model, marginal.mode, marginal.cov, rng)

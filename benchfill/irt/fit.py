@@ -52,9 +52,27 @@ def fit_irt(responses: ResponseMatrix, spec: IRTSpec | None = None, settings: Sa
     if spec.guessing is not None and len(spec.guessing) != len(responses.item_ids):
         raise ValueError("spec.guessing must have one entry per item")
     start = time.perf_counter()
+    spec = with_population(responses, spec, settings.seed)
+    learned_s = time.perf_counter() - start
     fit = SAMPLERS[settings.method](responses, spec, settings)
     fit.wall_time_s = time.perf_counter() - start
+    fit.extra["population_s"] = learned_s
     return fit
+
+
+def with_population(responses: ResponseMatrix, spec: IRTSpec, seed: int = 0) -> IRTSpec:
+    """``spec`` with its difficulty population learned from ``responses`` (unchanged when it already has one, or
+    asks for the paper's fixed N(0, 1)). The population is learned under the 1PL with the spec's fixed guessing
+    (for a 2PL or estimated guessing too: the population is about where items lie, which the 1PL measures)."""
+    from dataclasses import replace
+
+    from benchfill.irt import fast, population
+
+    if spec.prior is not None or spec.population == "paper":
+        return spec
+    keys = fast.reduce_items(responses.n_correct, responses.n_trials, spec.guessing)
+    prior, _ = population.learn_population(keys, spec.population, seed)
+    return replace(spec, prior=prior)
 
 
 # ------------------------------------------------------------------------------------------ the PyMC model
@@ -71,7 +89,7 @@ def build_pymc_model(responses: ResponseMatrix, spec: IRTSpec):
     J, I = responses.shape
     with pm.Model(coords={"model": responses.models, "item": responses.item_ids}) as model:
         theta = pm.Normal("theta", 0.0, 1.0, dims="model")
-        b = pm.Normal("b", 0.0, 1.0, dims="item")
+        b = population_variable(spec.population_prior, I)
         z = theta[jj] - b[ii]
         if spec.kind == "2pl":
             a = pm.LogNormal("a", 0.0, 0.5, dims="item")
@@ -93,6 +111,27 @@ def build_pymc_model(responses: ResponseMatrix, spec: IRTSpec):
         else:
             pm.Binomial("y", n=n, logit_p=z, observed=k)
     return model
+
+
+def population_variable(prior, n_items: int):
+    """b (I,) with the difficulty population as its prior, inside a pm.Model: a Normal for ``paper`` and
+    ``normal``; for ``spline`` a flat variable plus the log density as a potential (the same piecewise-linear
+    table of the spline correction that the fast engine evaluates)."""
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    if not prior.has_spline:
+        return pm.Normal("b", prior.mu, prior.sigma, dims="item")
+    b = pm.Flat("b", dims="item", initval=np.full(n_items, prior.mu))
+    xs, table = prior._xs, prior._table
+    step = float(xs[1] - xs[0])
+    u = pt.clip((b - xs[0]) / step, 0.0, len(xs) - 1.000001)
+    i = pt.floor(u).astype("int64")
+    t = u - i
+    tab = pt.as_tensor_variable(table)
+    s = pt.switch((b >= xs[0]) & (b <= xs[-1]), tab[i] + t * (tab[i + 1] - tab[i]), 0.0)
+    pm.Potential("b_population", pt.sum(-0.5 * ((b - prior.mu) / prior.sigma) ** 2 + s))
+    return b
 
 
 def _draws(posterior, name: str) -> np.ndarray | None:

@@ -1,7 +1,9 @@
 """IRT model specification and the fitted-posterior container every sampler returns.
 
 Conventions (SPEC section 2): P(correct | model j, item i) = c_i + (1 - c_i) * sigmoid(a_i (theta_j - b_i)),
-theta_j, b_i ~ Normal(0, 1), a_i = 1 (1PL) or a_i ~ LogNormal(0, 0.5) (2PL), c_i = 0 or 1/k for k-option items.
+theta_j ~ Normal(0, 1), b_i ~ g (the difficulty population, :mod:`benchfill.irt.prior`: learned from the benchmark
+by default, the paper's N(0, 1) on request), a_i = 1 (1PL) or a_i ~ LogNormal(0, 0.5) (2PL), c_i = 0 or 1/k for
+k-option items.
 Larger b = harder. Counts enter as Binomial(n_trials, p); cells with n_trials = 0 contribute nothing.
 """
 
@@ -11,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+
+from benchfill.irt.prior import DEFAULT_POPULATION, POPULATION_KINDS, Population, PopulationKind
 
 IRTKind = Literal["1pl", "2pl"]
 
@@ -23,15 +27,35 @@ class IRTSpec:
         kind: "1pl" or "2pl".
         guessing: (I,) fixed lower asymptote c_i per item (0 = none), or None for no guessing anywhere.
         estimate_guessing: if True, c_i ~ Beta centred on ``guessing`` (only items with guessing > 0).
+        population: the difficulty population: "spline" (learned log-spline, the default), "normal" (learned
+            N(mu_b, sigma_b^2)) or "paper" (the paper's fixed N(0, 1)).
+        prior: the population's density once learned (:func:`benchfill.irt.fit.fit_irt` learns it when None);
+            a fitted spec carries it, so refits and placements use the same one.
     """
 
     kind: IRTKind = "1pl"
     guessing: np.ndarray | None = None
     estimate_guessing: bool = False
+    population: PopulationKind = DEFAULT_POPULATION
+    prior: Population | None = None
+
+    def __post_init__(self) -> None:
+        if self.population not in POPULATION_KINDS:
+            raise ValueError(f"unknown difficulty population {self.population!r}; choose from "
+                             f"{', '.join(POPULATION_KINDS)}")
+
+    @property
+    def population_prior(self) -> Population:
+        """The population's density: the learned one, or N(0, 1) for ``paper``."""
+        if self.prior is not None:
+            return self.prior
+        if self.population == "paper":
+            return Population.paper()
+        raise ValueError(f"the {self.population!r} population has not been learned yet (fit_irt learns it)")
 
     @classmethod
     def for_items(cls, item_ids: list[str], items=None, *, guessing: float | None = None, choices: int | None = None,
-                  kind: IRTKind = "1pl") -> "IRTSpec":
+                  kind: IRTKind = "1pl", population: PopulationKind = DEFAULT_POPULATION) -> "IRTSpec":
         """The spec for a benchmark: c = ``guessing`` for every item, else 1/``choices``, else 1/k for items whose
         ``choices`` list has k options (items: benchfill.data.Item sequence), else no guessing."""
         c = np.zeros(len(item_ids))
@@ -42,7 +66,7 @@ class IRTSpec:
         elif items is not None:
             by_id = {it.id: it for it in items}
             c = np.array([1.0 / len(by_id[i].choices) if by_id[i].choices else 0.0 for i in item_ids])
-        return cls(kind=kind, guessing=c if c.any() else None)
+        return cls(kind=kind, guessing=c if c.any() else None, population=population)
 
     @property
     def has_guessing(self) -> bool:

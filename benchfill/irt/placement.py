@@ -3,7 +3,10 @@
 The abilities stay fixed at the benchmark's posterior draws theta_1..theta_S; only b_new is inferred. Its
 posterior is the average over draws of the normalised conditional posterior
 
-    p(b | y_new) = (1 / S) sum_s N(b; 0, 1) p(y_new | theta_s, b) / Z_s(y_new),
+    p(b | y_new) = (1 / S) sum_s g(b) p(y_new | theta_s, b) / Z_s(y_new),
+
+with g the benchmark's own difficulty population (:mod:`benchfill.irt.prior`, stored with the scale), so a new item
+is placed on the axis its benchmark was measured on,
 
 one-dimensional, so it is computed by quadrature (trapezoid sums on lattices chosen per distinct count row so
 every conditional's mass is covered; spectrally accurate) rather than sampled. Identical count rows are placed
@@ -23,6 +26,7 @@ from benchfill.errors import InputError
 from benchfill.forking import available_cores, forked_ranges
 from benchfill.irt import fast
 from benchfill.irt.model import IRTFit, thin_draws
+from benchfill.irt.prior import Population
 from benchfill.irt.scale import Scale
 
 EDGE_OK = -30.0  # a window edge more than 30 nats below its peak holds a negligible share of the mass
@@ -88,17 +92,14 @@ def _validate(scale: Scale, n_correct: np.ndarray, n_trials: np.ndarray, guessin
 
 
 def place_items(scale: Scale, n_correct: np.ndarray, n_trials: np.ndarray,
-                guessing: np.ndarray | float | None = None, prior_sd: float = 1.0) -> Placement:
+                guessing: np.ndarray | float | None = None, prior: Population | None = None) -> Placement:
     """Place K new items on ``scale`` with the abilities fixed.
 
     Args:
-        scale: the benchmark's scale (ability draws (S, J), b_min, b_max).
+        scale: the benchmark's scale (ability draws (S, J), b_min, b_max, its difficulty population).
         n_correct, n_trials: (K, J) counts of the new items, columns in ``scale.models`` order; 0 trials = not asked.
         guessing: (K,) or one lower asymptote c per item; None = ``scale.guessing``.
-        prior_sd: SD of the N(0, prior_sd^2) prior of b_new. 1 is the benchmark's own model; the items a fill places
-            are often beyond its range, where that prior pulls them toward the centre. Measured (true b in [2, 3]
-            beyond a benchmark on [-2, 2], 12 models x 4 rollouts, 400 items): mean bias -0.34 logits, SD 0.41 and
-            90 % intervals covering 0.81 with 1; +0.17, SD 0.55 and 0.92 with 3.
+        prior: the population of b_new; None = the scale's own (the one its benchmark was measured with).
     Returns:
         :class:`Placement` with posterior mean / SD of b (logits) and of d.
     """
@@ -106,11 +107,8 @@ def place_items(scale: Scale, n_correct: np.ndarray, n_trials: np.ndarray,
     if y.shape[0] == 0:
         empty = np.zeros(0)
         return Placement(empty, empty, empty, empty)
-    if prior_sd <= 0 or not np.isfinite(prior_sd):
-        raise ValueError("prior_sd must be a positive number")
     draws = np.asarray(scale.theta_draws, dtype=float)
-    moments = (key_posterior_moments(draws, y, n, c) if prior_sd == 1.0
-               else grid_key_moments(draws, y, n, c, prior_sd=prior_sd))
+    moments = grid_key_moments(draws, y, n, c, prior=scale.population if prior is None else prior)
     b_mean, b_sd = moments.item_mean, moments.item_sd
     d = scale.normalise(b_mean)
     return Placement(b_mean=b_mean, b_sd=b_sd, d=d, d_sd=scale.d_sd(d, b_sd))
@@ -143,7 +141,7 @@ class KeyMoments:
 
 
 def key_posterior_moments(theta_draws: np.ndarray, n_correct: np.ndarray, n_trials: np.ndarray,
-                          guessing: np.ndarray | None = None) -> KeyMoments:
+                          guessing: np.ndarray | None = None, prior: Population | None = None) -> KeyMoments:
     """Posterior mean and SD of b for each row of counts, by quadrature, averaged over ability draws.
 
     E[b | y] = mean_s E[b | theta_s, y] and likewise the second moment: exact given the draws (no Monte Carlo
@@ -155,9 +153,11 @@ def key_posterior_moments(theta_draws: np.ndarray, n_correct: np.ndarray, n_tria
         theta_draws: (S, J) ability draws, logits.
         n_correct, n_trials: (K, J) counts per row (one row per item, one column per model).
         guessing: (K,) fixed lower asymptote per row, or None for none.
+        prior: the difficulty population (default: the paper's N(0, 1)).
     """
     y = np.asarray(n_correct, dtype=np.int64)
     n = np.asarray(n_trials, dtype=np.int64)
+    prior = prior or Population.paper()
     keys = fast.reduce_items(y.T, n.T, guessing)
     draws = np.asarray(theta_draws, dtype=float)
     center = draws.mean(0)
@@ -165,16 +165,16 @@ def key_posterior_moments(theta_draws: np.ndarray, n_correct: np.ndarray, n_tria
     half = 14.0
     widen = 0.0
     for _ in range(8):
-        lo, hi = min(-half, draws.min() - half), max(half, draws.max() + half)
+        lo, hi = fast.pilot_range(draws.reshape(-1), half, prior)
         try:
-            win = fast.key_windows(keys, center, lo, hi)
+            win = fast.key_windows(keys, center, lo, hi, prior)
         except fast._RangeTooNarrow:
             half *= 1.5
             continue
         if widen > 0.0:
             room = widen * (win.b - win.a)
             win = fast.KeyWindows(win.a - room, win.b + room, win.h, win.w, win.theta)
-        mean, sd, edge = _mixture_moments(keys, fast.build_blocks(keys, win, margins), draws)
+        mean, sd, edge = _mixture_moments(keys, fast.build_blocks(keys, win, margins, prior), draws)
         if edge <= EDGE_OK:
             break
         widen = 2 * widen + 0.5  # some draw's conditional reached a window edge: widen every window and redo
@@ -200,7 +200,7 @@ def exact_item_moments(fit: IRTFit, responses: ResponseMatrix, max_draws: int = 
         return None
     g = None if fit.spec.guessing is None else np.asarray(fit.spec.guessing, dtype=float)
     moments = grid_key_moments(thin_draws(fit.flat("theta"), max_draws), responses.n_correct.T,
-                                    responses.n_trials.T, g)
+                               responses.n_trials.T, g, prior=fit.spec.population_prior)
     fit.b_mean_exact, fit.b_sd_exact = moments.item_mean, moments.item_sd
     return moments
 
@@ -243,7 +243,7 @@ def _mixture_moments(keys: fast.ItemKeys, blocks: list[fast.Block], draws: np.nd
 
 
 def place_responses(scale: Scale, responses: ResponseMatrix,
-                    guessing: np.ndarray | float | None = None, prior_sd: float = 1.0) -> Placement:
+                    guessing: np.ndarray | float | None = None) -> Placement:
     """Place the items of a response matrix keyed by model names (every scale model must be present; models not
     on the scale are ignored and listed in ``Placement.ignored_models``)."""
     missing = [m for m in scale.models if m not in responses.models]
@@ -255,38 +255,41 @@ def place_responses(scale: Scale, responses: ResponseMatrix,
         )
     rows = [responses.models.index(m) for m in scale.models]
     extra = [m for m in responses.models if m not in scale.models]
-    placed = place_items(scale, responses.n_correct[rows].T, responses.n_trials[rows].T, guessing, prior_sd)
+    placed = place_items(scale, responses.n_correct[rows].T, responses.n_trials[rows].T, guessing)
     return Placement(placed.b_mean, placed.b_sd, placed.d, placed.d_sd, list(responses.item_ids), extra)
 
 
 def grid_key_moments(theta_draws: np.ndarray, n_correct: np.ndarray, n_trials: np.ndarray,
-                     guessing: np.ndarray | None = None, *, prior_sd: float = 1.0, h_factor: float = 1.2,
-                     max_nodes: int = 400) -> KeyMoments:
+                     guessing: np.ndarray | None = None, *, prior: Population | None = None,
+                     h_factor: float = 1.2, max_nodes: int = 400) -> KeyMoments:
     """:func:`key_posterior_moments` on one shared b-grid, as matrix products: for many keys with guessing
     (each a whole count column) it is far cheaper than per-key windows, and as exact (trapezoid sums of smooth
     densities with spacing <= the smallest posterior SD / ``h_factor``: error ~ exp(-2 pi^2 h_factor^2)).
 
-    Shapes and units as :func:`key_posterior_moments`. ``prior_sd`` widens the N(0, 1) prior of b to
-    N(0, prior_sd^2) (for items placed beyond a benchmark's range, see :func:`place_items`).
+    Shapes and units as :func:`key_posterior_moments`; ``prior``: the difficulty population (default: the paper's
+    N(0, 1)).
     """
     y = np.asarray(n_correct, dtype=np.int64)
     n = np.asarray(n_trials, dtype=np.int64)
+    prior = prior or Population.paper()
     keys = fast.reduce_items(y.T, n.T, guessing)
     draws = np.asarray(theta_draws, dtype=float)
-    # The conditional posterior of b is no narrower than 1 / sqrt(1 + sum_j n_j / 4) (the information bound).
-    h = 1.0 / (h_factor * np.sqrt(1.0 + keys.n.sum(1).max() / 4.0))
-    # The prior keeps b within ~8 prior SDs of 0 and the likelihood within ~8 of the abilities.
-    lo, hi = min(-8.0 * prior_sd, draws.min() - 8.0), max(8.0 * prior_sd, draws.max() + 8.0)
+    # The conditional posterior of b is no narrower than 1 / sqrt(prior curvature + sum_j n_j / 4) (the
+    # information bound), and the prior's own features need no finer spacing than that.
+    h = 1.0 / (h_factor * np.sqrt(prior.curvature + keys.n.sum(1).max() / 4.0))
+    # The prior keeps b within its support (40 nats) and the likelihood within ~8 logits of the abilities.
+    p_lo, p_hi = prior.support()
+    lo, hi = min(p_lo, draws.min() - 8.0), max(p_hi, draws.max() + 8.0)
     G = int(np.ceil((hi - lo) / h)) + 1
-    if G > max_nodes and prior_sd == 1.0:  # many trials per item: narrow posteriors, cheaper in per-key windows
-        return key_posterior_moments(draws, n_correct, n_trials, guessing)
+    if G > max_nodes:  # many trials per item: narrow posteriors, cheaper in per-key windows
+        return key_posterior_moments(draws, n_correct, n_trials, guessing, prior)
     grid = lo + h * np.arange(G)
     step = max(1, KEY_CHUNK_ELEMENTS // G)  # keys per chunk: the (keys, G) temporaries stay in cache
 
     def some(bounds: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
         m1, m2 = np.zeros(bounds[1] - bounds[0]), np.zeros(bounds[1] - bounds[0])
         with threadpool_limits(1):  # small products: BLAS threads only contend (3-4x slower on 2 busy cores)
-            _accumulate_grid_moments(keys, draws, grid, step, m1, m2, prior_sd, bounds)
+            _accumulate_grid_moments(keys, draws, grid, step, m1, m2, prior, bounds)
         return m1, m2
 
     # the keys split over forked processes when there is enough work (each process computes its own keys)
@@ -297,11 +300,11 @@ def grid_key_moments(theta_draws: np.ndarray, n_correct: np.ndarray, n_trials: n
 
 
 def _accumulate_grid_moments(keys: fast.ItemKeys, draws: np.ndarray, grid: np.ndarray, step: int, m1: np.ndarray,
-                             m2: np.ndarray, prior_sd: float = 1.0, bounds: tuple[int, int] | None = None) -> None:
+                             m2: np.ndarray, prior: Population, bounds: tuple[int, int] | None = None) -> None:
     """Add each key's first and second moment of b under every draw's conditional (trapezoid weights on grid);
     ``bounds``: only keys lo..hi - 1, whose moments go to m1[0..hi - lo - 1], m2 (default: every key)."""
     lo, hi = bounds or (0, keys.n_keys)
-    prior = -0.5 * (grid / prior_sd) ** 2
+    log_prior = prior.log_density_unnormalised(grid)
     per_draw = []
     for theta in draws:
         X = theta[:, None] - grid[None, :]  # (J, G)
@@ -311,13 +314,8 @@ def _accumulate_grid_moments(keys: fast.ItemKeys, draws: np.ndarray, grid: np.nd
         out = slice(part.start - lo, part.stop - lo)
         # float counts: an integer operand would take numpy's slow non-BLAS matmul
         n_k, y_k, r_k, c_k = (np.asarray(a[part], dtype=float) for a in (keys.n, keys.y, keys.r, keys.c))
-        groups = [(cv, np.flatnonzero(c_k == cv)) for cv in np.unique(c_k[c_k > 0])]
         for X, sp in per_draw:
-            ell = prior - n_k @ sp - r_k[:, None] * grid[None, :]  # 1PL: the b-dependent part of the likelihood
-            for cv, gi in groups:  # with guessing: y log(c + (1 - c) s) + (n - y) log((1 - c)(1 - s))
-                log_right = np.logaddexp(np.log(cv), np.log1p(-cv) + X - sp)
-                log_wrong = np.log1p(-cv) - sp
-                ell[gi] = prior + y_k[gi] @ log_right + (n_k[gi] - y_k[gi]) @ log_wrong
+            ell = fast.grid_log_likelihood(n_k, y_k, r_k, c_k, X, sp, grid) + log_prior
             ell -= ell.max(1, keepdims=True)
             p = np.exp(ell)
             p /= p.sum(1, keepdims=True)

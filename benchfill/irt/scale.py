@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +16,7 @@ import numpy as np
 from benchfill.errors import InputError
 from benchfill.io import atomic_write_bytes
 from benchfill.irt.model import IRTFit, thin_draws
+from benchfill.irt.prior import Population
 
 FORMAT = "benchfill.scale/1"
 
@@ -36,6 +37,8 @@ class Scale:
         method: the sampler that produced the draws ("fast", "pymc", "map", ...).
         b_min_sd, b_max_sd: posterior SDs of the easiest and hardest item's b: the axis' own uncertainty, which
             placement adds to d's SD (0 for scales saved before they were stored).
+        population: the difficulty population the benchmark was fitted with; new items are placed under it
+            (the paper's N(0, 1) for scales saved before populations were stored).
     """
 
     models: list[str]
@@ -50,6 +53,7 @@ class Scale:
     method: str = ""
     b_min_sd: float = 0.0
     b_max_sd: float = 0.0
+    population: Population = field(default_factory=Population.paper)
 
     @property
     def n_draws(self) -> int:
@@ -92,7 +96,7 @@ class Scale:
             b_max=float(b_mean.max()), item_ids=list(fit.item_ids), b_mean=b_mean.copy(), guessing=float(guessing),
             source=str(source if source is not None else fit.extra.get("source", "")), kind=fit.spec.kind,
             method=str(fit.settings.method), b_min_sd=float(fit.b_sd[int(np.argmin(b_mean))]),
-            b_max_sd=float(fit.b_sd[int(np.argmax(b_mean))]),
+            b_max_sd=float(fit.b_sd[int(np.argmax(b_mean))]), population=fit.spec.population_prior,
         )
 
     # ---- persistence -------------------------------------------------------------------------------------
@@ -105,6 +109,7 @@ class Scale:
             b_mean=np.asarray(self.b_mean, dtype=float), b_min=np.array(self.b_min), b_max=np.array(self.b_max),
             guessing=np.array(self.guessing), source=np.array(self.source), kind=np.array(self.kind),
             method=np.array(self.method), b_min_sd=np.array(self.b_min_sd), b_max_sd=np.array(self.b_max_sd),
+            **self.population.to_arrays(),
         )
         return atomic_write_bytes(path, buf.getvalue())
 
@@ -151,10 +156,14 @@ class Scale:
         if not 0.0 <= guessing < 1.0:
             raise InputError(where, f"corrupt scale: guessing={guessing} outside [0, 1)")
         source = str(data["source"]) if "source" in data else ""
+        try:
+            population = Population.from_arrays(data)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InputError(where, f"corrupt scale: difficulty population ({exc})") from None
         return cls(
             models=models, theta_draws=theta, b_min=b_min, b_max=b_max, item_ids=item_ids, b_mean=b_mean,
             guessing=guessing, source=source or where, kind=str(data["kind"]) if "kind" in data else "1pl",
             method=str(data["method"]) if "method" in data else "",
             b_min_sd=float(data["b_min_sd"]) if "b_min_sd" in data else 0.0,
-            b_max_sd=float(data["b_max_sd"]) if "b_max_sd" in data else 0.0,
+            b_max_sd=float(data["b_max_sd"]) if "b_max_sd" in data else 0.0, population=population,
         )

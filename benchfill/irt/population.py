@@ -1,0 +1,270 @@
+"""Learning a benchmark's difficulty population from its response data (empirical Bayes; SPEC section 2).
+
+The items' difficulties are the many exchangeable parameters here (hundreds to tens of thousands of items, ~12
+models), so their population is what the data can inform. It is learned by marginal maximum likelihood, the
+difficulties integrated out on a grid (the g-modeling of Efron 2016, "Empirical Bayes deconvolution estimates",
+Biometrika 103(1), and the log-linear smoothed latent densities of IRT's marginal ML, e.g. Casabianca & Lewis
+2015): for a population g_phi (:class:`benchfill.irt.prior.Population`),
+
+    l(phi) = sum_k mult_k log sum_g g_phi(b_g) p(y_k | theta_hat, b_g) - penalty(phi),
+
+with theta_hat the abilities' posterior mode under the current g, alternated with it until both settle (they move
+together only through the theta ~ N(0, 1) prior, which fixes the common location). The normal envelope
+(mu_b, sigma_b) is learned first and kept (its tails place the items beyond the panel's reach); the spline then
+reshapes it inside the range the panel measures, with a ridge penalty on its coefficients whose strength is chosen
+by BIC (log-likelihood minus log(I) / 2 per effective degree of freedom), so a benchmark with few items keeps a
+nearly normal population and a large one can show holes and skew. The sampler then treats the learned g
+as the prior: abilities and difficulties are exact posterior draws given it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from benchfill.irt import fast
+from benchfill.irt.prior import Population, PopulationKind, cubic_bspline_basis
+
+FIT_GRID_STEP = 0.25  # largest node spacing of the fitting grid, logits (finer where items are measured finely)
+BIN_STEP = 0.04  # finer fitting grids are binned to this (the population is smooth on the knots' scale)
+FIT_GRID_REACH = 16.0  # the fitting grid spans the abilities +- this many logits
+MAX_FIT_ELEMENTS = 6_000_000  # keys x grid nodes kept for the fit: above it the items are subsampled (seeded)
+KNOT_REACH = 4.0  # the spline's knots span the abilities +- this (within mu +- 4 sigma): where items are measured
+KNOT_STEP = 0.5  # target spacing of the spline's knots, logits
+MIN_INTERVALS, MAX_INTERVALS = 6, 40
+PENALTIES = (1024.0, 256.0, 64.0, 16.0, 4.0, 1.0, 0.25, 0.0625, 0.016, 0.004)  # ridge strengths tried for the spline, strongest first
+ROUNDS = 4  # alternations of (abilities' mode, population) at most
+THETA_TOL = 0.01  # ... until the mode moves less than this, logits
+
+
+@dataclass(frozen=True)
+class FitGrid:
+    """Keys' log-likelihoods on one b-grid at one ability vector.
+
+    Attributes:
+        grid: (G,) nodes, logits.  loglik: (K, G) b-dependent log-likelihood of each (kept) key, nats.
+        mult: (K,) items per key (scaled up when items were subsampled).
+    """
+
+    grid: np.ndarray
+    loglik: np.ndarray
+    mult: np.ndarray
+
+
+def fit_grid(keys: fast.ItemKeys, theta: np.ndarray, seed: int = 0) -> FitGrid:
+    """The fitting grid of :func:`learn_population` at abilities ``theta`` (J,)."""
+    step = min(FIT_GRID_STEP, 1.0 / (1.2 * np.sqrt(keys.n.sum(1).max() / 4.0 + 1e-12)))
+    lo, hi = theta.min() - FIT_GRID_REACH, theta.max() + FIT_GRID_REACH
+    grid = lo + step * np.arange(int(np.ceil((hi - lo) / step)) + 1)
+    sel, mult = np.arange(keys.n_keys), keys.mult.astype(float)
+    if keys.n_keys * grid.size > MAX_FIT_ELEMENTS:  # subsample items (not keys): the population is about items
+        rng = np.random.default_rng(seed)
+        n_items = max(1, MAX_FIT_ELEMENTS // grid.size)
+        items = rng.choice(keys.item_key.size, size=min(n_items, keys.item_key.size), replace=False)
+        sel, counts = np.unique(keys.item_key[items], return_counts=True)
+        mult = counts * (keys.item_key.size / items.size)
+    X = theta[:, None] - grid[None, :]
+    sp = fast.softplus(X)
+    per = max(1, int(BIN_STEP / step))  # fine nodes per bin: narrow likelihoods are integrated over bins
+    bins = grid[: (grid.size // per) * per].reshape(-1, per).mean(1)
+    loglik = np.empty((sel.size, bins.size))
+    chunk = max(1, 2_000_000 // grid.size)
+    for s in range(0, sel.size, chunk):
+        k = sel[s : s + chunk]
+        ell = fast.grid_log_likelihood(keys.n[k], keys.y[k], keys.r[k], keys.c[k], X, sp, grid)
+        if per > 1:  # log of each bin's likelihood mass: g varies little over a bin (BIN_STEP << KNOT_STEP)
+            ell = ell[:, : bins.size * per].reshape(len(k), bins.size, per)
+            top = ell.max(2, keepdims=True)
+            ell = top[..., 0] + np.log(np.exp(ell - top).mean(2))
+        loglik[s : s + chunk] = ell
+    return FitGrid(bins, loglik, np.asarray(mult, dtype=float))
+
+
+# ------------------------------------------------------------------------------------------------ the g-model
+
+
+def _features(grid: np.ndarray, phi: np.ndarray, basis: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """log g's unnormalised values f (G,), derivatives D (G, P) and the nonzero second derivatives of the
+    parameters phi = (mu, log sigma, alpha...) (the (mu, log sigma) block, (G, 2, 2))."""
+    mu, sigma = phi[0], np.exp(phi[1])
+    z = (grid - mu) / sigma
+    f = -0.5 * z * z + (basis @ phi[2:] if basis.shape[1] else 0.0)
+    D = np.empty((grid.size, 2 + basis.shape[1]))
+    D[:, 0] = z / sigma
+    D[:, 1] = z * z
+    D[:, 2:] = basis
+    D2 = np.empty((grid.size, 2, 2))
+    D2[:, 0, 0] = -1.0 / sigma**2
+    D2[:, 0, 1] = D2[:, 1, 0] = -2.0 * z / sigma
+    D2[:, 1, 1] = -2.0 * z * z
+    return f, D, D2
+
+
+def _objective(fg: FitGrid, phi: np.ndarray, basis: np.ndarray, penalty: float, hessian: bool = True
+               ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    """Penalised marginal log-likelihood, its gradient and Hessian in phi, and the unpenalised Hessian
+    (-inf where sigma leaves [e^-4, e^4] logits: a line search's overshoot, never an optimum here)."""
+    if not -4.0 <= phi[1] <= 4.0:
+        return -np.inf, np.zeros_like(phi), np.zeros((phi.size, phi.size)), np.zeros((phi.size, phi.size))
+    f, D, D2 = _features(fg.grid, phi, basis)
+    fmax = f.max()
+    prior = np.exp(f - fmax)
+    Zp = prior.sum()
+    pg = prior / Zp
+    A = fg.loglik + (f - fmax)[None, :]
+    amax = A.max(1, keepdims=True)
+    E = np.exp(A - amax)
+    S = E.sum(1)
+    M = fg.mult.sum()
+    ll = float(fg.mult @ (amax[:, 0] + np.log(S))) - M * float(np.log(Zp))
+    P = E / S[:, None]  # (K, G) each key's posterior weights on the grid
+    post = fg.mult @ P  # (G,) expected items per node
+    resid = post - M * pg
+    grad = D.T @ resid
+    alpha = phi[2:]
+    ll_pen = ll - 0.5 * penalty * float(alpha @ alpha)
+    grad[2:] -= penalty * alpha
+    if not hessian:
+        return ll_pen, grad, np.zeros(0), np.zeros(0)
+    PD = P @ D  # (K, P) per-key posterior means of the features
+    H = D.T @ (post[:, None] * D) - PD.T @ (fg.mult[:, None] * PD)  # sum_k mult Cov_post_k(D)
+    H -= M * (D.T @ (pg[:, None] * D) - np.outer(pg @ D, pg @ D))  # - M Cov_prior(D)
+    H[:2, :2] += np.einsum("g,gab->ab", resid, D2)
+    H_pen = H.copy()
+    H_pen[2:, 2:] -= penalty * np.eye(len(alpha))
+    return ll_pen, grad, H_pen, H
+
+
+def _maximise(fg: FitGrid, phi: np.ndarray, basis: np.ndarray, penalty: float, free: slice,
+              max_iter: int = 100, tol: float = 1e-7) -> np.ndarray:
+    """Newton ascent (eigenvalue-floored, with backtracking) on the parameters ``free`` of phi."""
+    phi = phi.copy()
+    val, grad, H, _ = _objective(fg, phi, basis, penalty)
+    for _ in range(max_iter):
+        g = grad[free]
+        w, V = np.linalg.eigh(-H[free, free])
+        w = np.maximum(w, 1e-6 * max(1.0, float(np.abs(w).max())))
+        step = V @ ((V.T @ g) / w)
+        decrement = float(g @ step)
+        if decrement < tol:
+            break
+        t = 1.0
+        while t > 1e-8:
+            cand = phi.copy()
+            cand[free] += t * step
+            new_val = _objective(fg, cand, basis, penalty, hessian=False)[0]
+            if np.isfinite(new_val) and new_val >= val + 1e-4 * t * decrement:
+                break
+            t *= 0.5
+        if t <= 1e-8:
+            break
+        phi = cand
+        val, grad, H, _ = _objective(fg, phi, basis, penalty)
+    return phi
+
+
+def _start(fg: FitGrid) -> np.ndarray:
+    """A starting (mu, log sigma): the items' flat-prior posterior means, their spread widened a little."""
+    A = fg.loglik - fg.loglik.max(1, keepdims=True)
+    P = np.exp(A)
+    P /= P.sum(1, keepdims=True)
+    m = P @ fg.grid
+    w = fg.mult / fg.mult.sum()
+    mu = float(w @ m)
+    sd = float(np.sqrt(max(w @ (m - mu) ** 2, 0.25)))
+    return np.array([mu, np.log(min(sd, 8.0))])
+
+
+def fit_population(fg: FitGrid, kind: PopulationKind, theta: np.ndarray) -> Population:
+    """The population of ``kind`` ("normal" or "spline") that maximises the (penalised) marginal likelihood on
+    ``fg`` (the abilities at ``theta`` (J,))."""
+    none = np.zeros((fg.grid.size, 0))
+    phi = _maximise(fg, _start(fg), none, 0.0, slice(0, 2))
+    mu, sigma = float(phi[0]), float(np.exp(phi[1]))
+    if kind == "normal":
+        return Population.normal(mu, sigma)
+    lo = max(theta.min() - KNOT_REACH, mu - 4.0 * sigma)
+    hi = min(theta.max() + KNOT_REACH, mu + 4.0 * sigma)
+    intervals = int(np.clip(np.round((hi - lo) / KNOT_STEP), MIN_INTERVALS, MAX_INTERVALS))
+    step = (hi - lo) / intervals
+    m = intervals - 3  # cubic B-splines wholly inside [lo, hi]: s and its first two derivatives vanish at the ends
+    basis = cubic_bspline_basis(fg.grid, lo, step, m)
+    best: tuple[float, np.ndarray, float] | None = None
+    current = np.concatenate([phi, np.zeros(m)])
+    worse = 0
+    for penalty in PENALTIES:  # strongest first, each warm-started from the last; stop once BIC falls twice
+        # the envelope stays the learned normal (its tails place the items beyond reach); the spline reshapes
+        current = _maximise(fg, current, basis, penalty, slice(2, 2 + m))
+        ll_pen, _, H_pen, H = _objective(fg, current, basis, penalty)
+        alpha = current[2:]
+        ll = ll_pen + 0.5 * penalty * float(alpha @ alpha)
+        # effective degrees of freedom of the penalised fit: tr((-H_pen)^-1 (-H))
+        try:
+            edf = float(np.trace(np.linalg.solve(-H_pen, -H)))
+        except np.linalg.LinAlgError:
+            continue
+        # BIC: AIC (ll - edf) let a 12 x 4 design's discrete totals carve bumps into g (measured on the
+        # real shapes: MATH-500's max gap covered 5/6 and a Top-5 flag fired where the truth has none; BIC 6/6, none)
+        bic = ll - 0.5 * np.log(fg.mult.sum()) * edf
+        if best is None or bic > best[0]:
+            best, worse = (bic, current.copy(), penalty), 0
+        else:
+            worse += 1
+            if worse == 2:
+                break
+    assert best is not None
+    _, phi, penalty = best
+    return Population("spline", float(phi[0]), float(np.exp(phi[1])), float(lo), float(step), phi[2:].copy(),
+                      penalty)
+
+
+def uniform_range(fg: FitGrid, max_nodes: int = 160) -> tuple[float, float]:
+    """(lo, hi) of the uniform population U(lo, hi) that maximises the marginal likelihood on ``fg``: the
+    benchmark's difficulties, were they spread evenly over their own range (the null's hole-free benchmark).
+
+    Every pair of nodes of a (coarsened) grid is tried at once through cumulative sums of each key's likelihood."""
+    step = max(1, int(np.ceil(fg.grid.size / max_nodes)))
+    grid = fg.grid[::step]
+    top = fg.loglik.max(1, keepdims=True)
+    L = np.exp(fg.loglik - top)  # (K, G) likelihood, each key scaled by its own peak
+    L = np.add.reduceat(L, np.arange(0, fg.grid.size, step), axis=1)  # mass per coarse cell
+    C = np.concatenate([np.zeros((L.shape[0], 1)), np.cumsum(L, 1)], axis=1)  # (K, G + 1)
+    G = grid.size
+    lo_i, hi_i = np.triu_indices(G + 1, k=1)  # cells lo_i .. hi_i - 1
+    best, best_ll = (float(grid[0]), float(grid[-1])), -np.inf
+    chunk = max(1, 4_000_000 // max(1, L.shape[0]))
+    width = (hi_i - lo_i) * (grid[1] - grid[0] if G > 1 else 1.0)
+    for s0 in range(0, lo_i.size, chunk):
+        a, b = lo_i[s0 : s0 + chunk], hi_i[s0 : s0 + chunk]
+        mass = C[:, b] - C[:, a]  # (K, pairs)
+        with np.errstate(divide="ignore"):
+            ll = fg.mult @ np.log(mass) - fg.mult.sum() * np.log(width[s0 : s0 + chunk])
+        k = int(np.argmax(ll))
+        if ll[k] > best_ll:
+            edges = np.append(grid, grid[-1] + (grid[1] - grid[0] if G > 1 else 1.0))
+            best_ll, best = float(ll[k]), (float(edges[a[k]]), float(edges[b[k]]))
+    return best
+
+
+def learn_population(keys: fast.ItemKeys, kind: PopulationKind, seed: int = 0) -> tuple[Population, np.ndarray]:
+    """The benchmark's difficulty population of ``kind`` and the abilities' posterior mode under it (J,).
+
+    ``paper`` returns N(0, 1) without looking at the data."""
+    J = keys.n.shape[1]
+    prior = Population.paper()
+    theta = np.zeros(J)
+    if kind == "paper":
+        return prior, theta
+    theta, cov = fast._mode_and_cov(fast.pilot_model(keys, theta, 14.0, prior), theta)
+    curvature = np.linalg.inv(cov)
+    for _ in range(ROUNDS):
+        prior = fit_population(fit_grid(keys, theta, seed), kind, theta)
+        # quasi-Newton from the last curvature: the population changes the abilities' posterior little
+        new = fast._mode_and_cov(fast.pilot_model(keys, theta, 14.0, prior), theta, gtol=1e-6,
+                                 curvature=curvature, with_cov=False)[0]
+        moved = float(np.max(np.abs(new - theta)))
+        theta = new
+        if moved < THETA_TOL:
+            break
+    return prior, theta

@@ -1,0 +1,223 @@
+"""The difficulty population: the prior density g(b) every item's difficulty is drawn from (SPEC section 2).
+
+One family covers the three populations benchfill offers:
+
+    log g(b) = -0.5 ((b - mu) / sigma)^2 + s(b) - log Z,      s(b) = sum_k alpha_k B_k(b),
+
+with B_k uniform cubic B-splines whose supports lie inside [knot_lo, knot_hi] (so s and its first two derivatives
+vanish at both ends and outside: the tails are the normal envelope's, and log g is twice differentiable
+everywhere, which keeps the quadrature lattices of :mod:`benchfill.irt.fast` spectrally accurate).
+
+* ``paper``: N(0, 1), fixed (the paper's prior, kept for comparison with its tables);
+* ``normal``: N(mu_b, sigma_b^2), both learned from the benchmark (a hierarchical normal, empirical Bayes);
+* ``spline``: the normal envelope reshaped by the spline (log-spline g-modeling, Efron 2016, "Empirical Bayes
+  deconvolution estimates", Biometrika 103(1)), learned from the benchmark: it can have holes, skew and long tails.
+
+This module is pure: parameters in, densities out. Learning a population from response data is
+:mod:`benchfill.irt.population`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+PopulationKind = Literal["paper", "normal", "spline"]
+POPULATION_KINDS: tuple[str, ...] = ("spline", "normal", "paper")
+DEFAULT_POPULATION: PopulationKind = "spline"
+TABLE_PER_KNOT = 256  # s(b) is tabulated this finely per knot interval: linear interpolation errs < 1e-6 nats
+LOG_SQRT_2PI = 0.5 * np.log(2 * np.pi)
+
+
+def cubic_bspline_basis(x: np.ndarray, lo: float, step: float, m: int) -> np.ndarray:
+    """(len(x), m) values of the uniform cubic B-splines B_k, k = 0..m-1, B_k supported on
+    [lo + k step, lo + (k + 4) step] (zero elsewhere)."""
+    x = np.asarray(x, dtype=float).reshape(-1)
+    out = np.zeros((x.size, m))
+    u = (x - lo) / step
+    cell = np.floor(u).astype(np.int64)  # knot interval of x
+    t = u - cell
+    # the four pieces of the cardinal cubic B-spline, for a point at offset t in its r-th interval (r = 0..3)
+    pieces = (t**3 / 6, (-3 * t**3 + 3 * t**2 + 3 * t + 1) / 6, (3 * t**3 - 6 * t**2 + 4) / 6, (1 - t) ** 3 / 6)
+    rows = np.arange(x.size)
+    for r, val in enumerate(pieces):
+        k = cell - r
+        ok = (k >= 0) & (k < m)
+        out[rows[ok], k[ok]] = val[ok]
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class Population:
+    """A difficulty population g(b) (see the module docstring). Logits throughout.
+
+    Attributes:
+        kind: "paper", "normal" or "spline".
+        mu, sigma: the normal envelope (for ``normal`` the whole population).
+        knot_lo, knot_step: the spline's uniform knots knot_lo + k knot_step; ``coef`` (m,) its coefficients
+            (empty: no spline).
+        penalty: the ridge penalty the spline coefficients were learned with (0 where there is no spline).
+    """
+
+    kind: PopulationKind
+    mu: float = 0.0
+    sigma: float = 1.0
+    knot_lo: float = 0.0
+    knot_step: float = 1.0
+    coef: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    penalty: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.mu) and np.isfinite(self.sigma) and self.sigma > 0):
+            raise ValueError(f"a population needs a finite mu and sigma > 0 (got {self.mu}, {self.sigma})")
+        coef = np.asarray(self.coef, dtype=float).reshape(-1)
+        object.__setattr__(self, "coef", coef)
+        if coef.size:
+            xs = self.knot_lo + self.knot_step / TABLE_PER_KNOT * np.arange(TABLE_PER_KNOT * (coef.size + 3) + 1)
+            table = cubic_bspline_basis(xs, self.knot_lo, self.knot_step, coef.size) @ coef
+        else:
+            xs = table = np.zeros(0)
+        object.__setattr__(self, "_xs", xs)
+        object.__setattr__(self, "_table", table)
+        object.__setattr__(self, "_log_norm", self._normaliser())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Population):
+            return NotImplemented
+        return (self.kind, self.mu, self.sigma, self.knot_lo, self.knot_step, self.penalty) == (
+            other.kind, other.mu, other.sigma, other.knot_lo, other.knot_step, other.penalty) and np.array_equal(
+            self.coef, other.coef)
+
+    __hash__ = None  # type: ignore[assignment]  (mutable-looking: holds an array)
+
+    # ---- constructors ------------------------------------------------------------------------------------
+    @classmethod
+    def paper(cls) -> "Population":
+        """The paper's fixed N(0, 1)."""
+        return cls("paper", 0.0, 1.0)
+
+    @classmethod
+    def normal(cls, mu: float, sigma: float) -> "Population":
+        return cls("normal", float(mu), float(sigma))
+
+    # ---- the density -------------------------------------------------------------------------------------
+    @property
+    def has_spline(self) -> bool:
+        return self.coef.size > 0
+
+    @property
+    def knot_hi(self) -> float:
+        return self.knot_lo + self.knot_step * (self.coef.size + 3)
+
+    def spline(self, b: np.ndarray) -> np.ndarray:
+        """s(b), any shape (0 outside the knots)."""
+        b = np.asarray(b, dtype=float)
+        if not self.has_spline:
+            return np.zeros_like(b)
+        return np.interp(b.reshape(-1), self._xs, self._table, left=0.0, right=0.0).reshape(b.shape)
+
+    def log_density(self, b: np.ndarray) -> np.ndarray:
+        """log g(b), normalised, any shape; nats."""
+        b = np.asarray(b, dtype=float)
+        z = (b - self.mu) / self.sigma
+        out = -0.5 * z * z - self._log_norm
+        return out + self.spline(b) if self.has_spline else out
+
+    def log_density_unnormalised(self, b: np.ndarray) -> np.ndarray:
+        """log g(b) + log Z: the same up to a constant (what quadrature needs; one less subtraction)."""
+        return self.log_density(b) + self._log_norm
+
+    @property
+    def curvature(self) -> float:
+        """Largest |d^2 log g / db^2|, logits^-2: the prior's share of the curvature that sets lattice spacing."""
+        base = 1.0 / self.sigma**2
+        if not self.has_spline:
+            return base
+        h = self.knot_step / TABLE_PER_KNOT
+        d2 = np.diff(self._table, 2) / h**2
+        return float(max(base, np.max(np.abs(base - d2))))
+
+    def support(self, cut: float = 40.0) -> tuple[float, float]:
+        """(lo, hi) outside which log g is more than ``cut`` nats below its largest value."""
+        if not self.has_spline:
+            reach = self.sigma * np.sqrt(2.0 * cut)
+            return float(self.mu - reach), float(self.mu + reach)
+        u = self.log_density_unnormalised(self._xs)  # inside the knots (log g + log Z)
+        top = float(u.max())
+        if not self.knot_lo <= self.mu <= self.knot_hi:
+            top = max(top, 0.0)  # the envelope's own peak, outside the knots where s = 0
+        keep = self._xs[u >= top - cut]
+        # outside the knots log g + log Z = -z^2 / 2, within the cut where |z| <= sqrt(2 (cut - top))
+        reach = self.sigma * np.sqrt(2.0 * max(cut - top, 0.0))
+        lo, hi = self.mu - reach, self.mu + reach
+        if keep.size:
+            lo, hi = min(lo, float(keep[0])), max(hi, float(keep[-1]))
+        return float(lo), float(hi)
+
+    def _normaliser(self) -> float:
+        base = float(np.log(self.sigma) + LOG_SQRT_2PI)
+        if not self.has_spline:
+            return base
+        # log Z = log of the envelope's integral of e^s: e^s - 1 vanishes outside the knots
+        x = np.linspace(self.knot_lo, self.knot_hi, 8 * TABLE_PER_KNOT * (self.coef.size + 3) + 1)
+        z = (x - self.mu) / self.sigma
+        f = np.exp(-0.5 * z * z) * np.expm1(self.spline(x))
+        extra = float(np.sum((f[1:] + f[:-1]) * 0.5 * np.diff(x))) / np.exp(base)
+        return base + float(np.log1p(extra))
+
+    # ---- summaries ---------------------------------------------------------------------------------------
+    def grid(self, n: int = 801) -> tuple[np.ndarray, np.ndarray]:
+        """(x, density) on n points over the central 1 - 1e-9 of the mass (for pictures and summaries)."""
+        lo, hi = self.support(cut=25.0)
+        x = np.linspace(lo, hi, 4 * n + 1)
+        p = np.exp(self.log_density(x))
+        cdf = np.concatenate([[0.0], np.cumsum((p[1:] + p[:-1]) * 0.5 * np.diff(x))])
+        cdf /= cdf[-1]
+        a, b = np.interp([1e-9, 1 - 1e-9], cdf, x)
+        x = np.linspace(a, b, n)
+        return x, np.exp(self.log_density(x))
+
+    def moments(self) -> tuple[float, float]:
+        """Mean and SD of g, logits."""
+        x, p = self.grid(2001)
+        w = p / p.sum()
+        mean = float(w @ x)
+        return mean, float(np.sqrt(max(w @ (x - mean) ** 2, 0.0)))
+
+    def quantiles(self, q) -> np.ndarray:
+        x, p = self.grid(2001)
+        cdf = np.cumsum(p)
+        cdf = (cdf - cdf[0]) / (cdf[-1] - cdf[0])
+        return np.interp(np.asarray(q, dtype=float), cdf, x)
+
+    def label(self) -> str:
+        """One line naming the population, for reports."""
+        if self.kind == "paper":
+            return "N(0, 1), fixed (the paper's prior)"
+        mean, sd = self.moments()
+        if self.kind == "normal":
+            return f"learned normal N({self.mu:.2f}, {self.sigma:.2f}^2)"
+        return f"learned log-spline (mean {mean:.2f}, SD {sd:.2f}, {self.coef.size} knots' coefficients)"
+
+    # ---- persistence -------------------------------------------------------------------------------------
+    def to_arrays(self, prefix: str = "population_") -> dict[str, np.ndarray]:
+        """The population as named numpy arrays (for ``.npz`` files; no pickles)."""
+        return {f"{prefix}kind": np.array(self.kind), f"{prefix}mu": np.array(self.mu),
+                f"{prefix}sigma": np.array(self.sigma), f"{prefix}knot_lo": np.array(self.knot_lo),
+                f"{prefix}knot_step": np.array(self.knot_step), f"{prefix}coef": np.asarray(self.coef, dtype=float),
+                f"{prefix}penalty": np.array(self.penalty)}
+
+    @classmethod
+    def from_arrays(cls, arrays, prefix: str = "population_") -> "Population":
+        """Inverse of :meth:`to_arrays`; a mapping without them (a file saved before populations) gives the
+        paper's N(0, 1), the prior those files were fitted with."""
+        if f"{prefix}kind" not in arrays:
+            return cls.paper()
+        kind = str(arrays[f"{prefix}kind"])
+        if kind not in POPULATION_KINDS:
+            raise ValueError(f"unknown population kind {kind!r}")
+        return cls(kind, float(arrays[f"{prefix}mu"]), float(arrays[f"{prefix}sigma"]),  # type: ignore[arg-type]
+                   float(arrays[f"{prefix}knot_lo"]), float(arrays[f"{prefix}knot_step"]),
+                   np.asarray(arrays[f"{prefix}coef"], dtype=float), float(arrays[f"{prefix}penalty"]))
