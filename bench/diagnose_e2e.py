@@ -45,10 +45,11 @@ PYMC_SCRIPT = """
 import sys, numpy as np, pymc as pm
 sys.path.insert(0, {repo!r})
 from benchfill.data import load_responses
-from benchfill.irt.fit import build_pymc_model
+from benchfill.irt.fit import build_pymc_model, with_population
 from benchfill.irt.model import IRTSpec
 resp = load_responses({path!r})
-with build_pymc_model(resp, IRTSpec()):
+spec = with_population(resp, IRTSpec())  # the same model as benchfill's: the learned difficulty population
+with build_pymc_model(resp, spec):
     idata = pm.sample(random_seed=0, progressbar=False)  # PyMC's defaults: 4 chains, 1,000 tune + 1,000 draws
 print("divergences", int(idata.sample_stats["diverging"].sum()))
 """

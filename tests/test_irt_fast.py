@@ -51,6 +51,7 @@ def _compare(fast_fit: IRTFit, ref: IRTFit) -> dict[str, float]:
     fm, rm = fast_fit.b_mean, ref.b_mean
     ratio = fast_fit.b_sd / ref.b_sd
     return {"pearson": float(np.corrcoef(fm, rm)[0, 1]), "max_diff": float(np.abs(fm - rm).max()),
+            "max_diff_in_sds": float((np.abs(fm - rm) / ref.b_sd).max()),
             "sd_ratio_min": float(ratio.min()), "sd_ratio_max": float(ratio.max())}
 
 
@@ -60,7 +61,9 @@ def _assert_close_to_reference(fit: IRTFit, ref: IRTFit, sd_tol: float = 0.10) -
     print(f"\nfast vs reference: {cmp}; fast diagnostics: {diag}; fast {fit.wall_time_s:.1f} s, "
           f"reference {ref.wall_time_s:.1f} s")
     assert cmp["pearson"] >= 0.999, cmp
-    assert cmp["max_diff"] <= 0.05, cmp
+    # 0.05 logits, or a fifth of the posterior SD where that is wide (items no model solved: the population's tail,
+    # SD ~1.5 logits, whose Monte Carlo means differ by more than 0.05 between two samplers of ~2,000 ESS)
+    assert cmp["max_diff"] <= 0.05 or cmp["max_diff_in_sds"] <= 0.2, cmp
     assert 1 - sd_tol <= cmp["sd_ratio_min"] and cmp["sd_ratio_max"] <= 1 + sd_tol, cmp
     assert diag["ess_bulk"] >= 400 and diag["ess_tail"] >= 400, diag
     assert diag["rhat"] <= 1.01, diag
@@ -322,7 +325,7 @@ def test_fast_matches_pymc_model_on_real_data(shared_data, name, n_items):
     if n_items is not None:
         resp = resp.subset(items=resp.item_ids[:n_items])
     fit = fit_irt(resp, IRTSpec(), SamplerSettings(method="fast"))
-    ref = _nutpie_low_rank_reference(resp, IRTSpec())
+    ref = _nutpie_low_rank_reference(resp, fit.spec)  # the same learned population
     _assert_close_to_reference(fit, ref)
 
 

@@ -141,7 +141,7 @@ def adaptive_label(scale: Scale, target: float, caps: Sequence[int], n_children:
         predicted_b, predicted_sd: the text pre-screen's predicted b of each child (logits) and its error SD
             (:mod:`benchfill.graphs.prescreen`), or None. It orders the work only: children are screened in waves
             of ceil(K / 2), the predicted nearest to t first, and a child with no answer yet gets the models most
-            informative at N(predicted b, predicted_sd) instead of the N(0, 1) prior; the placement (and so every
+            informative at N(predicted b, predicted_sd) instead of the scale's population; the placement (and so every
             stop and drop) uses the answers alone.
     """
     J = len(scale.models)

@@ -3,11 +3,11 @@ marginal posterior by independence Metropolis-Hastings (NUTS via nutpie as the f
 drawn exactly from its conditional posterior given each ability draw.
 
 The model is the reference PyMC model of :func:`benchfill.irt.fit.build_pymc_model` for ``kind="1pl"``:
-theta_j, b_i ~ Normal(0, 1); y_ji ~ Binomial(n_ji, c_i + (1 - c_i) sigmoid(theta_j - b_i)) on cells with
-n_ji > 0, c_i fixed (``spec.guessing``, 0 = none). Given the J abilities, the I difficulties are independent
-one-dimensional problems, so
+theta_j ~ Normal(0, 1), b_i ~ g (the difficulty population, :mod:`benchfill.irt.prior`: learned, or the paper's
+N(0, 1)); y_ji ~ Binomial(n_ji, c_i + (1 - c_i) sigmoid(theta_j - b_i)) on cells with n_ji > 0, c_i fixed
+(``spec.guessing``, 0 = none). Given the J abilities, the I difficulties are independent one-dimensional problems, so
 
-    log p(theta | y) = log N(theta; 0, 1) + sum_i log integral N(b; 0, 1) p(y_i | theta, b) db + const,
+    log p(theta | y) = log N(theta; 0, 1) + sum_i log integral g(b) p(y_i | theta, b) db + const,
 
 a J-dimensional (J = number of models, ~12) well-conditioned density whose gradient is analytic:
 d/dtheta_j = sum_i E[d log p(y_i | theta, b_i) / d theta_j | theta, y_i]. Each integral is a trapezoid sum on a
@@ -25,9 +25,10 @@ Two reductions make it cheap:
   the abilities (b_nodes + wbar . (theta - theta_hat)), following the common shift of abilities and difficulties
   that dominates high-rollout data, so windows stay narrow.
 
-Sampling the abilities. Without guessing the joint posterior is log-concave, so the marginal of theta is too
-(Prekopa) and, with the N(0, 1) prior, lighter-tailed than a Gaussian; with 12 models and hundreds of items it is
-close to Gaussian. A multivariate Student-t (df 100) with the Laplace approximation's mean and covariance is
+Sampling the abilities. Without guessing and with a log-concave g (the paper's N(0, 1), a learned normal) the joint
+posterior is log-concave, so the marginal of theta is too (Prekopa) and lighter-tailed than a Gaussian; with 12
+models and hundreds of items it is close to Gaussian (a learned spline g need not be log-concave: the proposal's
+importance efficiency and Pareto k-hat, check M4, say whether it still fits). A multivariate Student-t (df 100) with the Laplace approximation's mean and covariance is
 therefore an independence proposal with bounded weights p / q: the chain is uniformly ergodic and each step costs
 one log density, no gradient, evaluated for all proposals in one vectorised batch. Every chain starts from its own
 overdispersed point (a proposal draw with twice its spread), not from a shared pool, so chains that disagree after

@@ -1,0 +1,89 @@
+"""The difficulty population (benchfill.irt.prior, benchfill.irt.population): a proper density, saved and loaded
+with the scale, learned from response data where the truth is known (a wide normal, a planted hole), kept nearly
+normal where the data are few, and chosen from the CLI and the API with one clear error for a bad name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from benchfill.irt import fast, population
+from benchfill.irt.prior import Population
+from benchfill.irt.simulate import simulate_responses
+
+THETA12 = np.linspace(-2.5, 2.5, 12)
+
+
+def _learn(b: np.ndarray, rollouts: int, kind: str = "spline", seed: int = 1) -> tuple[Population, np.ndarray]:
+    resp = simulate_responses(THETA12, b, rollouts, seed=seed)
+    return population.learn_population(fast.reduce_items(resp.n_correct, resp.n_trials), kind)
+
+
+def test_a_population_is_a_normalised_density_and_round_trips():
+    pop = Population("spline", 0.3, 2.1, -3.0, 0.5, np.array([0.4, -1.2, -2.0, -0.5, 0.8, 0.2, 0.1]), 4.0)
+    x = np.linspace(*pop.support(cut=60.0), 200_001)
+    assert np.trapezoid(np.exp(pop.log_density(x)), x) == pytest.approx(1.0, abs=1e-6)
+    assert Population.from_arrays(pop.to_arrays()) == pop
+    assert Population.from_arrays({}) == Population.paper()  # files saved before populations: the paper's prior
+    # outside the knots the spline vanishes: the tails are the normal envelope's
+    far = np.array([pop.knot_lo - 1.0, pop.knot_hi + 1.0])
+    np.testing.assert_allclose(pop.log_density(far) - Population.normal(0.3, 2.1).log_density(far),
+                               -pop._log_norm + Population.normal(0.3, 2.1)._log_norm, atol=1e-12)
+    mean, sd = Population.normal(1.0, 2.0).moments()
+    assert mean == pytest.approx(1.0, abs=1e-6) and sd == pytest.approx(2.0, abs=1e-4)
+
+
+def test_a_wide_normal_population_is_recovered():
+    """True b ~ N(0.5, 2.5^2), far from the paper's N(0, 1): the learned normal finds its spread."""
+    b = np.random.default_rng(0).normal(0.5, 2.5, 800)
+    pop, theta = _learn(b, 8, "normal")
+    assert pop.kind == "normal"
+    shift = theta.mean() - THETA12.mean()  # the common location is the abilities' prior's convention
+    assert pop.mu - shift == pytest.approx(0.5, abs=0.3)
+    assert pop.sigma == pytest.approx(2.5, rel=0.12)
+
+
+def test_the_spline_population_finds_a_planted_hole():
+    """b uniform on [-2.5, -0.6] and [1.3, 2.5] (12 models x 8 rollouts): the learned density inside the hole is a
+    small fraction of its density on either side; a normal cannot show that."""
+    b = np.concatenate([np.linspace(-2.5, -0.6, 180), np.linspace(1.3, 2.5, 120)])
+    pop, theta = _learn(b, 8)
+    shift = theta.mean() - THETA12.mean()
+    dens = lambda x: float(np.exp(pop.log_density(np.array([x + shift])))[0])  # noqa: E731
+    inside, left, right = dens(0.35), dens(-1.5), dens(1.9)
+    assert pop.kind == "spline" and pop.has_spline
+    assert inside < 0.25 * min(left, right), (inside, left, right)
+
+
+def test_few_items_keep_the_population_nearly_normal():
+    """30 items (an AIME-sized benchmark): BIC keeps the spline's correction small, no spurious holes."""
+    b = np.random.default_rng(3).normal(1.0, 2.0, 30)
+    pop, _ = _learn(b, 32)
+    x = np.linspace(pop.knot_lo, pop.knot_hi, 400)
+    assert np.ptp(pop.spline(x)) < 1.5, np.ptp(pop.spline(x))
+
+
+def test_the_paper_prior_is_kept_and_labelled():
+    from benchfill.irt.fit import fit_irt
+    from benchfill.irt.model import IRTSpec, SamplerSettings
+
+    resp = simulate_responses(THETA12, np.linspace(-3, 3, 60), 4, seed=2)
+    fit = fit_irt(resp, IRTSpec(population="paper"), SamplerSettings(draws=200, tune=100))
+    assert fit.spec.population_prior == Population.paper()
+    assert "paper" in fit.spec.population_prior.label()
+    with pytest.raises(ValueError, match="unknown difficulty population"):
+        IRTSpec(population="flat")  # type: ignore[arg-type]
+
+
+def test_prior_option_from_the_cli_and_the_api(tmp_path, examples):
+    import benchfill as bf
+    from benchfill.cli import app
+    from benchfill.errors import InputError
+
+    with pytest.raises(InputError, match="--prior"):
+        bf.diagnose(examples / "math500_k4.responses.csv.gz", prior="flat")
+    res = CliRunner().invoke(app, ["diagnose", str(examples / "math500_k4.responses.csv.gz"), "--prior", "flat",
+                                   "--json", str(tmp_path / "d.json")])
+    assert res.exit_code == 2 and "--prior" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "d.json").exists()
