@@ -46,6 +46,7 @@ from benchfill.graphs.policy import (
     should_stop,
     to_display,
 )
+from benchfill.diagnostics.null import gap_is_unfillable
 from benchfill.irt.placement import place_items
 from benchfill.irt.scale import Scale
 from benchfill.memory.bank import MemoryBank, MemoryItem
@@ -97,6 +98,8 @@ class FillContext:
     prompts: PromptLibrary
     label_dir: Path
     prescreen: TextPrior | None = None  # [fill] prescreen: predicted b of a child's text (orders adaptive labelling)
+    attainable_d: np.ndarray | None = None  # where the panel can place a child; gaps with none inside are passed
+    # over when the gaps are recomputed (None: --allow-floor-gaps, or too many to enumerate)
     usage: dict[str, float] = field(default_factory=lambda: {"calls": 0, "cached": 0, "tokens": 0, "cost": 0.0})
 
     def __post_init__(self) -> None:
@@ -187,9 +190,12 @@ def propose(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     if state.fixed_gaps:
         lo, hi = state.fixed_gaps[index - 1]
     else:
-        ranked = propose_gaps(ctx.d, state.inserted, state.n_gaps + len(state.skipped) + 1)
-        gap = next(g for g in ranked if (round(g.lo, 12), round(g.hi, 12)) not in
-                   {(round(a, 12), round(b, 12)) for a, b in state.skipped})
+        skipped = {(round(a, 12), round(b, 12)) for a, b in state.skipped}
+        ranked = propose_gaps(ctx.d, state.inserted, len(ctx.d) + len(state.inserted) + 1)  # every gap, largest first
+        gap = next((g for g in ranked if (round(g.lo, 12), round(g.hi, 12)) not in skipped
+                    and not gap_is_unfillable(g.lo, g.hi, ctx.attainable_d)), None)
+        if gap is None:  # no gap left that this panel can see filled
+            return {"finished": True}
         lo, hi = gap.lo, gap.hi
     target = (lo + hi) / 2
     ctx.bank.upsert_gap(state.method, index, lo=lo, hi=hi, target=target, status="searching", rounds=0,

@@ -72,19 +72,28 @@ class FillOptions:
                 "sampler": self.sampler, "seed": self.seed}
 
 
-def refuse_floor_gaps(dg: Diagnosis, scale: Scale, panel: list[ModelConfig], n_gaps: int, where: str
-                      ) -> list[tuple[float, float]]:
+def panel_attainable_d(scale: Scale, panel: list[ModelConfig]) -> np.ndarray | None:
+    """Every d (sorted) a new item answered by the labelling panel can be placed at, under the scale's population
+    (None where guessing makes them too many to enumerate)."""
+    from benchfill.diagnostics.null import attainable_b
+
+    by_model = {m.label: m.rollouts for m in panel}
+    pattern = np.array([by_model.get(m, 0) for m in scale.models])
+    values = attainable_b(scale.theta_draws, pattern, scale.guessing, scale.population)
+    return None if values is None else scale.normalise(values)
+
+
+def refuse_floor_gaps(dg: Diagnosis, scale: Scale, panel: list[ModelConfig], n_gaps: int, where: str,
+                      attainable: np.ndarray | None = None) -> list[tuple[float, float]]:
     """SPEC section 4.1: a gap at the design's resolution floor is not a target unless asked for. Here that is a gap
     with no placement the labelling panel can give strictly inside (under the scale's population): the panel cannot
     measure whether it was filled (a child lands on one of its likelihood keys, i.e. on or outside the gap's
     edges). Such gaps are passed over for the next largest while ``n_gaps`` fillable ones remain among the
     diagnosis' gaps (returned, to skip); otherwise the first one is refused with the reason."""
-    from benchfill.diagnostics.null import attainable_b, gap_is_unfillable
+    from benchfill.diagnostics.null import gap_is_unfillable
 
     by_model = {m.label: m.rollouts for m in panel}
     pattern = np.array([by_model.get(m, 0) for m in scale.models])
-    values = attainable_b(scale.theta_draws, pattern, scale.guessing, scale.population)
-    attainable = None if values is None else scale.normalise(values)
     floor = [(g.lo, g.hi) for g in dg.gaps if gap_is_unfillable(g.lo, g.hi, attainable)]
     if len(dg.gaps) - len(floor) >= n_gaps:
         return floor
@@ -162,9 +171,11 @@ class FillRun:
         self.d = np.array([it.d for it in self.diagnosis.items])
         self.panel = simulated_panel(config, self.scale) if config.simulated else _check_panel(config, self.scale)
         self.floor_gaps: list[tuple[float, float]] = []  # gaps the panel cannot measure: passed over
+        self.attainable: np.ndarray | None = None  # where the panel can place a child (None: anywhere)
         if not opts.allow_floor_gaps:
+            self.attainable = panel_attainable_d(self.scale, self.panel)
             self.floor_gaps = refuse_floor_gaps(self.diagnosis, self.scale, self.panel, opts.n_gaps,
-                                                str(opts.responses))
+                                                str(opts.responses), self.attainable)
         sim = None
         if config.simulated:
             from benchfill.models.sim import SimWorld
@@ -187,6 +198,7 @@ class FillRun:
             bank=self.bank, client=self.client, prompts=PromptLibrary.from_config(config),
             label_dir=self.out / "labels",
             prescreen=prescreen.for_run(self.params.prescreen, self.items, self.scale.b_mean, opts.seed),
+            attainable_d=self.attainable,
         )
         self.bank.set_meta(panel=[m.label for m in self.panel])  # an upsert: the same on every start
         if self.ctx.prescreen is not None:

@@ -277,8 +277,9 @@ def grid_key_moments(theta_draws: np.ndarray, n_correct: np.ndarray, n_trials: n
     # The conditional posterior of b is no narrower than 1 / sqrt(prior curvature + sum_j n_j / 4) (the
     # information bound), and the prior's own features need no finer spacing than that.
     h = 1.0 / (h_factor * np.sqrt(prior.curvature + keys.n.sum(1).max() / 4.0))
-    # The prior keeps b within its support (40 nats) and the likelihood within ~8 logits of the abilities.
-    p_lo, p_hi = prior.support()
+    # The prior keeps b within its support (25 nats: beyond, a key's share of mass is < 1e-10 even where the
+    # likelihood is flat, as for items no model solves) and the likelihood within ~8 logits of the abilities.
+    p_lo, p_hi = prior.support(cut=25.0)
     lo, hi = min(p_lo, draws.min() - 8.0), max(p_hi, draws.max() + 8.0)
     G = int(np.ceil((hi - lo) / h)) + 1
     if G > max_nodes:  # many trials per item: narrow posteriors, cheaper in per-key windows
