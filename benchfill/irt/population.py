@@ -186,6 +186,8 @@ def fit_population(fg: FitGrid, kind: PopulationKind, theta: np.ndarray) -> Popu
         return Population.normal(mu, sigma)
     lo = max(theta.min() - KNOT_REACH, mu - 4.0 * sigma)
     hi = min(theta.max() + KNOT_REACH, mu + 4.0 * sigma)
+    if hi - lo < MIN_INTERVALS * 0.1:  # the panel measures no range of the population: the envelope alone
+        return Population("spline", mu, sigma)
     intervals = int(np.clip(np.round((hi - lo) / KNOT_STEP), MIN_INTERVALS, MAX_INTERVALS))
     step = (hi - lo) / intervals
     m = intervals - 3  # cubic B-splines wholly inside [lo, hi]: s and its first two derivatives vanish at the ends
@@ -201,7 +203,7 @@ def fit_population(fg: FitGrid, kind: PopulationKind, theta: np.ndarray) -> Popu
         ll = ll_pen + 0.5 * penalty * float(alpha @ alpha)
         # effective degrees of freedom of the penalised fit: tr((-H_pen)^-1 (-H))
         try:
-            edf = float(np.trace(np.linalg.solve(-H_pen, -H)))
+            edf = float(np.trace(np.linalg.solve(-H_pen[2:, 2:], -H[2:, 2:])))  # the spline's (the envelope is kept)
         except np.linalg.LinAlgError:
             continue
         # BIC: AIC (ll - edf) let a 12 x 4 design's discrete totals carve bumps into g (measured on the
