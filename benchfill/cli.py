@@ -531,7 +531,8 @@ def place(
                               f"{', '.join(placed.ignored_models)}"))
     sign = "-" if placed.b_min >= 0 else "+"
     table = Table(title=lit(f"{len(placed.items)} item(s) placed on {scale.name} ({placed.n_draws} ability draws; "
-                            f"d = (b {sign} {abs(placed.b_min):.3f}) / {placed.b_max - placed.b_min:.3f})"))
+                            f"d = (b {sign} {abs(placed.b_min):.3f}) / {placed.b_max - placed.b_min:.3f}; "
+                            f"prior: the scale's population, {placed.population})"))
     for col in ("item", "b", "SD", "d", "d SD"):
         table.add_column(col, justify="left" if col == "item" else "right")
     for rec in placed.items:
