@@ -128,8 +128,8 @@ def diagnose(responses: ResponseMatrix | Any, *, items: str | Path | Sequence[It
              prior: str = DEFAULT_POPULATION) -> Diagnosis:
     """Fit the IRT model and diagnose the benchmark (SPEC sections 2-3): the same defaults as ``benchfill
     diagnose``. ``responses``: anything :func:`load_responses` takes. Multiple-choice items (``choices``) get the
-    guessing rate 1/k; ``guessing`` or ``choices`` set one for every item. ``population``: the difficulties'
-    prior, learned from the benchmark (``"spline"``, the default, or ``"normal"``) or the paper's fixed N(0, 1)
+    guessing rate 1/k; ``guessing`` or ``choices`` set one for every item. ``prior``: the difficulties'
+    population, learned from the benchmark (``"spline"``, the default, or ``"normal"``) or the paper's fixed N(0, 1)
     (``"paper"``, for comparison with its tables), as ``--prior``. ``on_stage(text)``, if given, is told
     each stage (fit, exact difficulties, checks, metrics, null, robustness) as it starts; ``on_picture(picture)``
     gets the diagnosis picture (:class:`benchfill.diagnostics.picture.Picture`, ``top_gaps`` gaps) as soon as the
@@ -282,8 +282,8 @@ def place(scale: Any, responses: ResponseMatrix | Any, *, guessing: float | None
         raise InputError(where or "<scale>", f"--guessing {guessing}: must lie in [0, 1)")
     resp = responses if isinstance(responses, ResponseMatrix) else load_responses(responses)
     placed = place_responses(sc, resp, guessing)
-    return Placements(scale=where, population=sc.population.label(), responses=str(responses) if isinstance(responses, (str, Path)) else resp.source,
-                      models=list(sc.models), b_min=sc.b_min, b_max=sc.b_max, n_draws=sc.n_draws,
+    return Placements(scale=where, population=sc.population.label(),
+                      responses=str(responses) if isinstance(responses, (str, Path)) else resp.source, models=list(sc.models), b_min=sc.b_min, b_max=sc.b_max, n_draws=sc.n_draws,
                       guessing=sc.guessing if guessing is None else guessing,
                       ignored_models=placed.ignored_models, items=placed.placed_items())
 

@@ -91,7 +91,7 @@ def _selection_note(resp, out=None) -> None:
 
 def _run_diagnosis(responses, items, guessing, choices, sampler: str, chains: int, tune: int, draws: int, seed: int,
                    robustness: bool, status_console=None, top_gaps: int | None = None, on_picture=None,
-                   population: str = "spline"):
+                   prior: str = "spline"):
     """:func:`benchfill.api.diagnose` behind a status line; returns the diagnosis (its fit attached)."""
     from benchfill import api
 
@@ -104,7 +104,7 @@ def _run_diagnosis(responses, items, guessing, choices, sampler: str, chains: in
         return api.diagnose(responses, items=items, sampler=sampler or api.DEFAULT_SAMPLER, chains=chains,
                             tune=tune, draws=draws, seed=seed, guessing=guessing, choices=choices,
                             robustness=robustness, top_gaps=max(top_gaps or 0, api.DIAGNOSIS_GAPS),
-                            on_stage=status.stage, on_picture=on_picture, prior=population)
+                            on_stage=status.stage, on_picture=on_picture, prior=prior)
 
 
 def _quiet_workers_if_served() -> None:
@@ -160,7 +160,7 @@ def diagnose(
         dg = _run_diagnosis(resp, its, guessing, choices, sampler, chains, tune, draws, seed, robustness,
                             status_console=err_console, top_gaps=top_gaps,
                             on_picture=lambda pic: painter.draw(replace(pic, gaps=pic.gaps[:top_gaps])),
-                            population=prior)
+                            prior=prior)
         dg.timings = {"load": round(load_s, 3), **dg.timings}
         overwrote = _save_diagnosis(dg, files_json, png, json_out, top_gaps, painter)
     out.print(diagnosis_tables(dg, n_gaps=top_gaps))

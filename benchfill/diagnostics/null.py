@@ -4,9 +4,11 @@ A response design (which models, how many trials per cell, which guessing rate) 
 axis can be resolved: items with the same likelihood key get the same posterior, so with K distinct keys the
 normalised difficulties take at most K values and the gaps can never be smaller than the key lattice allows. The
 null asks what the plug-in metrics look like for a benchmark WITHOUT holes under the same design: true
-difficulties i.i.d. uniform over the fitted range, answered by the same models (posterior-mean abilities) with the
-same trial counts and guessing rates, and put through the same estimator (exact per-key posterior means of b given
-the fit's ability draws, under the benchmark's own difficulty population). A metric is only evidence of a hole when it exceeds the null's 95th percentile.
+difficulties i.i.d. uniform over the benchmark's own range (the maximum-likelihood uniform population), answered by
+the same models (a posterior draw of the abilities per replicate where answers are simulated; their posterior mean
+in the exact multinomial null) with the same trial counts and guessing rates, and put through the same estimator
+(exact per-key posterior means of b given the fit's ability draws, under the benchmark's own difficulty
+population). A metric is only evidence of a hole when it exceeds the null's 95th percentile.
 
 Cheap at any size: with the abilities fixed the posterior mean of b is a function of the key, so each distinct key
 is integrated once (cached across replicates) and a replicate costs one draw of the counts plus a sort.
@@ -119,7 +121,8 @@ def design_null(theta_draws: np.ndarray, n_trials: np.ndarray, guessing: np.ndar
             whose keys are whole count columns and nearly all distinct).
         n_trials: (J, I) trials per cell of the observed design (0 = not asked).
         guessing: (I,) fixed guessing rate per item, or None.
-        b_range: (lo, hi) the fitted range of posterior-mean b, logits; true difficulties are U(lo, hi).
+        b_range: (lo, hi) logits; true difficulties are U(lo, hi) (the diagnosis passes the maximum-likelihood
+            uniform population's range, :func:`benchfill.irt.population.uniform_range`).
         prior: the difficulty population the replicates' exact means use (the benchmark's; default the paper's
             N(0, 1)).
     Returns:

@@ -36,6 +36,7 @@ import numpy as np
 from pydantic import BaseModel, Field, create_model, model_validator
 
 from benchfill.data import Item
+from benchfill.diagnostics.null import gap_is_unfillable
 from benchfill.graphs.adaptive import adaptive_label
 from benchfill.graphs.prescreen import TextPrior
 from benchfill.graphs.policy import (
@@ -46,7 +47,6 @@ from benchfill.graphs.policy import (
     should_stop,
     to_display,
 )
-from benchfill.diagnostics.null import gap_is_unfillable
 from benchfill.irt.placement import place_items
 from benchfill.irt.scale import Scale
 from benchfill.memory.bank import MemoryBank, MemoryItem

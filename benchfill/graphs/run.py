@@ -83,24 +83,23 @@ def panel_attainable_d(scale: Scale, panel: list[ModelConfig]) -> np.ndarray | N
     return None if values is None else scale.normalise(values)
 
 
-def refuse_floor_gaps(dg: Diagnosis, scale: Scale, panel: list[ModelConfig], n_gaps: int, where: str,
-                      attainable: np.ndarray | None = None) -> list[tuple[float, float]]:
+def refuse_floor_gaps(dg: Diagnosis, panel: list[ModelConfig], n_gaps: int, where: str,
+                      attainable: np.ndarray | None) -> list[tuple[float, float]]:
     """SPEC section 4.1: a gap at the design's resolution floor is not a target unless asked for. Here that is a gap
-    with no placement the labelling panel can give strictly inside (under the scale's population): the panel cannot
+    with no placement the labelling panel can give strictly inside (``attainable``, :func:`panel_attainable_d`;
+    None: anywhere): the panel cannot
     measure whether it was filled (a child lands on one of its likelihood keys, i.e. on or outside the gap's
     edges). Such gaps are passed over for the next largest while ``n_gaps`` fillable ones remain among the
     diagnosis' gaps (returned, to skip); otherwise the first one is refused with the reason."""
     from benchfill.diagnostics.null import gap_is_unfillable
 
-    by_model = {m.label: m.rollouts for m in panel}
-    pattern = np.array([by_model.get(m, 0) for m in scale.models])
     floor = [(g.lo, g.hi) for g in dg.gaps if gap_is_unfillable(g.lo, g.hi, attainable)]
     if len(dg.gaps) - len(floor) >= n_gaps:
         return floor
     for k, g in enumerate(dg.gaps[:n_gaps], start=1):
         if gap_is_unfillable(g.lo, g.hi, attainable):
             raise InputError(where, f"gap {k} [{g.lo:.3f}, {g.hi:.3f}] (width {g.width:.3f}) is at the design's "
-                                    f"resolution floor: the panel ({len(panel)} models x {int(pattern.max())} "
+                                    f"resolution floor: the panel ({len(panel)} models x {max(m.rollouts for m in panel)} "
                                     f"rollouts) can place no item strictly inside it, so it cannot tell whether the "
                                     f"gap was filled; ask for fewer --gaps, more rollouts or models, or pass "
                                     f"--allow-floor-gaps")
@@ -170,12 +169,12 @@ class FillRun:
         self.items: list[Item] = [by_id[i] for i in self.scale.item_ids]
         self.d = np.array([it.d for it in self.diagnosis.items])
         self.panel = simulated_panel(config, self.scale) if config.simulated else _check_panel(config, self.scale)
-        self.floor_gaps: list[tuple[float, float]] = []  # gaps the panel cannot measure: passed over
+        self.floor_gaps: list[tuple[float, float]] = []  # the diagnosis' gaps the panel cannot measure: passed over
         self.attainable: np.ndarray | None = None  # where the panel can place a child (None: anywhere)
         if not opts.allow_floor_gaps:
             self.attainable = panel_attainable_d(self.scale, self.panel)
-            self.floor_gaps = refuse_floor_gaps(self.diagnosis, self.scale, self.panel, opts.n_gaps,
-                                                str(opts.responses), self.attainable)
+            self.floor_gaps = refuse_floor_gaps(self.diagnosis, self.panel, opts.n_gaps, str(opts.responses),
+                                                self.attainable)
         sim = None
         if config.simulated:
             from benchfill.models.sim import SimWorld
@@ -234,14 +233,12 @@ class FillRun:
             raise InputError(str(self.opts.responses), f"--gaps {self.opts.n_gaps}: the diagnosis lists only "
                                                        f"{len(fixed)} gaps")
         ckpt = self.out / CHECKPOINTS_DB
-        bf = run_search(self.ctx, ckpt, FillState(method="benchfill", n_gaps=self.opts.n_gaps, fixed_gaps=fixed,
-                                                  skipped=list(self.floor_gaps)),
+        bf = run_search(self.ctx, ckpt, FillState(method="benchfill", n_gaps=self.opts.n_gaps, fixed_gaps=fixed),
                         resume=self.opts.resume, on_event=self.on_event)
         if self.opts.compare:
             rounds = [g["rounds"] for g in self.bank.gaps("benchfill")]
             run_search(self.ctx, ckpt, FillState(method="baseline", n_gaps=self.opts.n_gaps, fixed_gaps=fixed,
-                                                 budget_rounds=rounds, skipped=list(self.floor_gaps)),
-                       resume=self.opts.resume,
+                                                 budget_rounds=rounds), resume=self.opts.resume,
                        on_event=self.on_event)
         summary = self.summary(final_state=bf)
         atomic_write_json(self.out / SUMMARY, summary)

@@ -123,7 +123,7 @@ def population_variable(prior, n_items: int):
     if not prior.has_spline:
         return pm.Normal("b", prior.mu, prior.sigma, dims="item")
     b = pm.Flat("b", dims="item", initval=np.full(n_items, prior.mu))
-    xs, table = prior._xs, prior._table
+    xs, table = prior.spline_table()
     step = float(xs[1] - xs[0])
     u = pt.clip((b - xs[0]) / step, 0.0, len(xs) - 1.000001)
     i = pt.floor(u).astype("int64")
