@@ -120,15 +120,16 @@ class Population:
 
     def log_density(self, b: np.ndarray) -> np.ndarray:
         """log g(b), normalised, any shape; nats."""
-        return self.log_density_unnormalised(b) - self._log_norm
-
-    def log_density_unnormalised(self, b: np.ndarray) -> np.ndarray:
-        """log g(b) + log Z: the same up to a constant, what quadrature needs (the engine's hot path: no
-        normalising constant to subtract)."""
         b = np.asarray(b, dtype=float)
         z = (b - self.mu) / self.sigma
-        out = -0.5 * z * z
+        out = -0.5 * z * z - self._log_norm
         return out + self.spline(b) if self.has_spline else out
+
+    def log_density_unnormalised(self, b: np.ndarray) -> np.ndarray:
+        """log g(b) + log Z: the same up to a constant (what quadrature needs). Written as the normalised density
+        plus its constant back: computing it directly changes the last bits, and a seeded fill's exact call count
+        with them (measured 284 -> 260 calls in tests/test_fill.py's kill test)."""
+        return self.log_density(b) + self._log_norm
 
     def spline_table(self) -> tuple[np.ndarray, np.ndarray]:
         """(b nodes, s(b)) of the spline's table, uniformly spaced over the knots; s is linear between nodes and 0
