@@ -470,7 +470,10 @@ def vote(run_dir: str | Path, item_id: str, decision: str, reviewer: str, note: 
 
 
 class GapFill(BaseModel):
-    """One gap of a fill run: where it lies, whether it was filled, by which item and how close to the target."""
+    """One gap of a fill run: where it lies, whether it was filled, by which item and how close to the target.
+
+    ``status``: "filled" (the chosen child's P(d inside the gap) reached ``[fill] fill_level``), "near" (a child
+    was chosen, with the probability it reached in ``p_inside``), "unfilled" (no valid, placed child)."""
 
     model_config = ConfigDict(extra="allow")  # a field the run adds later is kept, not dropped
 
@@ -483,6 +486,13 @@ class GapFill(BaseModel):
     chosen_d: float | None = None
     chosen_d_sd: float | None = None
     deviation: float | None = None
+    p_inside: float | None = None  # posterior P(the chosen child's d lies inside [lo, hi])
+    p_within: float | None = None  # posterior P(|d - target| <= tolerance)
+    tolerance: float | None = None  # the tolerance the gap was judged at (configured, or the panel's resolution)
+    p_max: float | None = None  # the most P(|d - t| <= tolerance) the panel's placements can give
+    search_calls: int | None = None  # panel calls of the search (labelling) ...
+    confirm_calls: int | None = None  # ... and of the chosen child's confirmation
+    stop_reason: str | None = None
     rounds: int | None = None
     n_candidates: int | None = None
     cost: float | None = None
@@ -495,7 +505,8 @@ class MethodFill(BaseModel):
     model_config = ConfigDict(extra="allow")  # a field the run adds later is kept, not dropped
 
     gaps: list[GapFill]
-    filled: int
+    filled: int  # gaps whose chosen child is inside at P >= fill_level
+    chosen: int = 0  # gaps with a chosen child (filled + near)
     top3_reduction: float | None
     mean_deviation: float | None
     candidates: int

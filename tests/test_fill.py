@@ -86,7 +86,7 @@ def test_graph_has_one_node_per_step_and_a_loop_back():
     g = graph_structure()
     assert g["nodes"] == sorted(NODES)
     edges = {(a, b) for a, b, _ in g["edges"]}
-    assert ("stop", "select_parents") in edges and ("stop", "finalize") in edges
+    assert ("stop", "select_parents") in edges and ("stop", "confirm") in edges and ("confirm", "finalize") in edges
     assert ("finalize", "propose_gaps") in edges and ("propose_gaps", "__end__") in edges
     chain = ["seed_memory", "select_parents", "rewrite", "validate", "label", "place", "stop"]
     assert all((a, b) in edges for a, b in zip(chain, chain[1:]))
@@ -143,9 +143,19 @@ def test_fill_fills_gaps_sequentially_and_reports_table2(finished_run):
     targets = [g["target"] for g in bf["gaps"]]
     assert len(set(round(t, 9) for t in targets)) == 3  # sequential: a filled gap is not proposed again
     for g in bf["gaps"]:
-        assert g["status"] == "filled" and g["lo"] < g["target"] < g["hi"]
+        assert g["status"] in ("filled", "near") and g["lo"] < g["target"] < g["hi"]
+        # "filled" means the chosen child is inside at P >= fill_level (0.9), else it is "near" with its P said
+        assert (g["status"] == "filled") == (g["p_inside"] >= 0.9)
+        assert (g["status"] == "near") == ("placed near, P(inside) = " in g["note"])
+        assert 0 <= g["p_within"] <= 1 and 0 < g["p_max"] < 1 and g["search_calls"] > 0
+        # 6 models x 4 rollouts place no child within 0.01 of a target: the gap is judged at the panel's resolution
+        assert g["tolerance"] > 0.01 and "finer than this panel can place" in g["note"]
         assert g["chosen_d_sd"] > 0.01  # 6 models x 4 rollouts: the placement is far less precise than 0.01
-        assert 1 <= g["rounds"] <= 3
+        assert 1 <= g["rounds"] <= 3 and g["stop_reason"]
+        if g["p_inside"] < 0.9:  # confirmation ran to its cap: every model answered the child 32 times
+            conf = json.loads((out / "labels" / f"benchfill-g{g['gap']}-confirm" / "confirm.json").read_text())
+            assert all(n == 32 for _, n in conf["counts"].values()) and g["confirm_calls"] > 0
+    assert bf["filled"] == sum(g["status"] == "filled" for g in bf["gaps"]) and bf["chosen"] == 3
     assert bf["top3_reduction"] > 0
     assert "baseline" in summary["methods"]
     # budget-matched: the baseline ran exactly the rounds BenchFill used, gap by gap
@@ -205,16 +215,20 @@ def test_progress_events_come_through_langgraphs_custom_stream(tmp_path, bench):
     assert all({"method", "gap", "calls", "cost"} <= set(e) for e in events) and events[-1]["calls"] > 0
 
 
-def test_tolerance_stop_and_round_cap(tmp_path, bench):
+def test_stop_rules_know_the_design(tmp_path, bench):
+    """Stop when the best child is within tolerance at the level; where the panel cannot place a child that close,
+    judge at its resolution and stop once a child has the best probability this panel's placements can give."""
     items, resp = bench
     loose = fill(items, resp, write_config(tmp_path, tolerance=1.0, name="a.toml"), tmp_path / "a", "--gaps", "1")
     assert loose.exit_code == 0, loose.output
     g = json.loads((tmp_path / "a" / "summary.json").read_text())["methods"]["benchfill"]["gaps"][0]
-    assert g["rounds"] == 1  # any valid child is within tolerance 1.0
-    strict = fill(items, resp, write_config(tmp_path, tolerance=0.0, max_rounds=2, name="b.toml"), tmp_path / "b",
+    assert g["rounds"] == 1 and "reached the level" in g["stop_reason"]  # any child is within tolerance 1.0
+    strict = fill(items, resp, write_config(tmp_path, tolerance=0.0, max_rounds=6, name="b.toml"), tmp_path / "b",
                   "--gaps", "1")
     g = json.loads((tmp_path / "b" / "summary.json").read_text())["methods"]["benchfill"]["gaps"][0]
-    assert strict.exit_code == 0 and g["rounds"] == 2  # never within 0.0: stops at the cap
+    assert strict.exit_code == 0, strict.output
+    assert g["tolerance"] > 0 and "finer than this panel can place" in g["note"]
+    assert g["rounds"] < 6 and ("most this panel" in g["stop_reason"] or "without improving" in g["stop_reason"])
 
 
 def test_a_judge_that_rejects_everything_leaves_gaps_unfilled(tmp_path, bench):
@@ -560,7 +574,7 @@ def test_kills_at_random_moments_repay_at_most_the_calls_in_flight(tmp_path, ben
                 str(cfg), "--sampler", "map", "--models", "6", "--gaps", "2"]
         ref = subprocess.run(base + ["--out", str(tmp_path / "ref")], capture_output=True, text=True, timeout=600)
         assert ref.returncode == 0, ref.stderr[-2000:]
-        assert len(server.ok_keys) == len(set(server.ok_keys)) == 284  # an unbroken run pays each call once
+        assert len(server.ok_keys) == len(set(server.ok_keys)) == 504  # an unbroken run pays each call once (confirmation included)
         server.reset()
         rng = random.Random(20261130)
         out = tmp_path / "killed"

@@ -58,15 +58,10 @@ class Resolution:
 MAX_ENUMERATED_KEYS = 4096
 
 
-def attainable_b(theta_draws: np.ndarray, n_pattern: np.ndarray, guessing: float = 0.0,
-                 prior: Population | None = None) -> np.ndarray | None:
-    """Every posterior-mean b (logits, sorted) that a new item answered by these models with these trials can get
-    (placed under ``prior``, the benchmark's population; default the paper's N(0, 1)).
-
-    A panel places an item only at one of its likelihood keys: (J,) trials ``n_pattern`` give the totals 0..sum(n)
-    without guessing, and every count column with it. A gap with none of these values strictly inside cannot be
-    filled measurably by this panel. None when guessing makes the columns too many to enumerate.
-    """
+def attainable_keys(n_pattern: np.ndarray, guessing: float = 0.0) -> tuple[np.ndarray, np.ndarray] | None:
+    """Every likelihood key a new item answered by models with (J,) trials ``n_pattern`` can have: (K, J) correct
+    counts and trials, one row per key (the totals 0..sum(n) without guessing, every count column with it). None
+    when guessing makes the columns more than :data:`MAX_ENUMERATED_KEYS`."""
     n = np.asarray(n_pattern, dtype=np.int64)
     if guessing > 0:
         sizes = n + 1
@@ -76,7 +71,22 @@ def attainable_b(theta_draws: np.ndarray, n_pattern: np.ndarray, guessing: float
     else:
         total = np.arange(int(n.sum()) + 1)
         y = np.clip(total[:, None] - (np.cumsum(n) - n)[None, :], 0, n[None, :])
-    rows = np.broadcast_to(n, y.shape)
+    return y, np.broadcast_to(n, y.shape).copy()
+
+
+def attainable_b(theta_draws: np.ndarray, n_pattern: np.ndarray, guessing: float = 0.0,
+                 prior: Population | None = None) -> np.ndarray | None:
+    """Every posterior-mean b (logits, sorted) that a new item answered by these models with these trials can get
+    (placed under ``prior``, the benchmark's population; default the paper's N(0, 1)).
+
+    A panel places an item only at one of its likelihood keys (:func:`attainable_keys`). A gap with none of these
+    values strictly inside cannot be filled measurably by this panel. None when guessing makes the keys too many
+    to enumerate.
+    """
+    keys = attainable_keys(n_pattern, guessing)
+    if keys is None:
+        return None
+    y, rows = keys
     g = np.full(len(y), guessing) if guessing > 0 else None
     return np.sort(grid_key_moments(thin_draws(np.asarray(theta_draws, dtype=float), EXACT_DRAWS), y, rows, g,
                                     prior=prior).mean)

@@ -1,8 +1,13 @@
 """BenchFill as a LangGraph state machine (SPEC section 4).
 
     propose_gaps -> seed_memory -> select_parents -> rewrite -> validate -> label -> place -> stop?
-        stop? --continue--> select_parents          stop? --done--> finalize -> propose_gaps
+        stop? --continue--> select_parents          stop? --done--> confirm -> finalize -> propose_gaps
         propose_gaps --all gaps done--> END
+
+Decisions are posterior probabilities (issue 23): each placed child carries P(d inside the gap) and
+P(|d - t| <= tolerance); the best child is the one most likely within tolerance; ``confirm`` gives the chosen child
+more rollouts until P(inside) reaches ``fill_level`` (or a cap); the gap is "filled" only at that level, else
+"near" with the probability reached.
 
 The state (:class:`FillState`, pydantic) holds only small, serialisable progress; everything heavy lives in the
 memory bank (SQLite, :class:`benchfill.memory.bank.MemoryBank`) under deterministic ids, and every model call goes
@@ -40,14 +45,16 @@ from benchfill.diagnostics.null import gap_is_unfillable
 from benchfill.graphs.adaptive import adaptive_label
 from benchfill.graphs.prescreen import TextPrior
 from benchfill.graphs.policy import (
+    P_MAX_SLACK,
     SearchParams,
+    gap_design,
     propose_gaps,
     select_parents,
     select_references,
     should_stop,
     to_display,
 )
-from benchfill.irt.placement import place_items
+from benchfill.irt.placement import interval_probabilities, place_items
 from benchfill.irt.scale import Scale
 from benchfill.memory.bank import MemoryBank, MemoryItem
 from benchfill.models.client import CallResult, CallsFailed, SyncModelClient
@@ -57,7 +64,7 @@ from benchfill.models.prompts import PromptLibrary, rewrite_messages, validity_m
 
 Method = Literal["benchfill", "baseline"]
 NODES = ("propose_gaps", "seed_memory", "select_parents", "rewrite", "validate", "label", "place", "stop",
-         "finalize")
+         "confirm", "finalize")
 
 
 class FillState(BaseModel):
@@ -74,6 +81,11 @@ class FillState(BaseModel):
     children: list[str] = Field(default_factory=list)
     best_id: str | None = None
     best_deviation: float | None = None
+    best_p: float | None = None  # the best child's P(|d - t| <= tolerance)
+    stale_rounds: int = 0  # rounds in a row that did not raise best_p
+    tolerance: float | None = None  # the gap's tolerance: the configured one or the panel's resolution
+    p_max: float | None = None  # the most P(|d - t| <= tolerance) the panel's placements can give (None: unknown)
+    stop_reason: str = ""
     stop: bool = False
     inserted: list[float] = Field(default_factory=list)  # d of the items chosen so far, in order
     skipped: list[tuple[float, float]] = Field(default_factory=list)  # gaps that ended unfilled
@@ -98,8 +110,9 @@ class FillContext:
     prompts: PromptLibrary
     label_dir: Path
     prescreen: TextPrior | None = None  # [fill] prescreen: predicted b of a child's text (orders adaptive labelling)
-    attainable_d: np.ndarray | None = None  # where the panel can place a child; gaps with none inside are passed
-    # over when the gaps are recomputed (None: --allow-floor-gaps, or too many to enumerate)
+    attainable_d: np.ndarray | None = None  # where the panel can place a child (None: too many to enumerate)
+    attainable_keys: tuple[np.ndarray, np.ndarray] | None = None  # the panel's keys behind them (counts, trials)
+    skip_floor_gaps: bool = True  # gaps with no attainable placement inside are passed over (not: --allow-floor-gaps)
     usage: dict[str, float] = field(default_factory=lambda: {"calls": 0, "cached": 0, "tokens": 0, "cost": 0.0})
 
     def __post_init__(self) -> None:
@@ -193,16 +206,19 @@ def propose(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
         skipped = {(round(a, 12), round(b, 12)) for a, b in state.skipped}
         ranked = propose_gaps(ctx.d, state.inserted, len(ctx.d) + len(state.inserted) + 1)  # every gap, largest first
         gap = next((g for g in ranked if (round(g.lo, 12), round(g.hi, 12)) not in skipped
-                    and not gap_is_unfillable(g.lo, g.hi, ctx.attainable_d)), None)
+                    and not (ctx.skip_floor_gaps and gap_is_unfillable(g.lo, g.hi, ctx.attainable_d))), None)
         if gap is None:  # no gap left that this panel can see filled
             return {"finished": True}
         lo, hi = gap.lo, gap.hi
     target = (lo + hi) / 2
+    design = gap_design(ctx.scale, ctx.attainable_keys, target, ctx.params.tolerance)
     ctx.bank.upsert_gap(state.method, index, lo=lo, hi=hi, target=target, status="searching", rounds=0,
-                        n_candidates=0, note="")
-    _emit(runtime, node="propose_gaps", method=state.method, gap=index, target=target)
+                        n_candidates=0, note=design.note, tolerance=design.tolerance, resolution=design.resolution,
+                        p_max=design.p_max)
+    _emit(runtime, node="propose_gaps", method=state.method, gap=index, target=target, note=design.note)
     return {"gap_index": index, "lo": lo, "hi": hi, "target": target, "round": 0, "parents": [],
-            "children": [], "best_id": None, "best_deviation": None, "stop": False}
+            "children": [], "best_id": None, "best_deviation": None, "best_p": None, "stale_rounds": 0,
+            "tolerance": design.tolerance, "p_max": design.p_max, "stop_reason": "", "stop": False}
 
 
 def seed_memory(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
@@ -322,15 +338,29 @@ def place(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
         models = ctx.scale.models
         k = np.array([[c["counts"].get(m, [0, 0])[0] for m in models] for c in cands], dtype=np.int64)
         n = np.array([[c["counts"].get(m, [0, 0])[1] for m in models] for c in cands], dtype=np.int64)
-        placed = place_items(ctx.scale, k, n)
-        for c, b, b_sd, d, d_sd in zip(cands, placed.b_mean, placed.b_sd, placed.d, placed.d_sd):
-            ctx.bank.update_candidate(c["id"], b=float(b), b_sd=float(b_sd), d=float(d), d_sd=float(d_sd),
-                                      deviation=float(abs(d - state.target)), status="placed")
+        for c, fields in zip(cands, _placement_fields(ctx, state, k, n)):
+            ctx.bank.update_candidate(c["id"], status="placed", **fields)
     best = ctx.bank.best_candidate(state.method, state.gap_index, state.target)
+    best_p = None if best is None else best["p_within"]
+    improved = best_p is not None and (state.best_p is None or best_p > state.best_p + P_MAX_SLACK)
     _emit(runtime, node="place", method=state.method, gap=state.gap_index, round=state.round,
-          best_deviation=None if best is None else best["deviation"])
+          best_deviation=None if best is None else best["deviation"], best_p=best_p,
+          best_p_inside=None if best is None else best["p_inside"])
     return {"best_id": None if best is None else best["id"],
-            "best_deviation": None if best is None else best["deviation"]}
+            "best_deviation": None if best is None else best["deviation"], "best_p": best_p,
+            "stale_rounds": 0 if improved else state.stale_rounds + 1}
+
+
+def _placement_fields(ctx: FillContext, state: FillState, k: np.ndarray, n: np.ndarray) -> list[dict[str, Any]]:
+    """Each child's placement (b, d and their SDs) and its posterior P(d inside the gap) and P(|d - t| <= the
+    gap's tolerance), from (K, J) counts in the scale's model order."""
+    placed = place_items(ctx.scale, k, n)
+    tol = state.tolerance if state.tolerance is not None else ctx.params.tolerance
+    probs = interval_probabilities(ctx.scale, k, n, np.array([[state.lo, state.hi],
+                                                              [state.target - tol, state.target + tol]]))
+    return [{"b": float(b), "b_sd": float(b_sd), "d": float(d), "d_sd": float(d_sd),
+             "deviation": float(abs(d - state.target)), "p_inside": float(p[0]), "p_within": float(p[1])}
+            for b, b_sd, d, d_sd, p in zip(placed.b_mean, placed.b_sd, placed.d, placed.d_sd, probs)]
 
 
 def stop(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
@@ -338,11 +368,60 @@ def stop(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     p = ctx.params
     if state.method == "baseline":
         budget = state.budget_rounds[state.gap_index - 1] if state.gap_index <= len(state.budget_rounds) else p.max_rounds
-        done = state.round >= budget
+        reason = f"BenchFill's {budget} round(s) on this gap (budget-matched)" if state.round >= budget else None
     else:
-        done = should_stop(state.best_deviation, state.round, p)
-    ctx.bank.upsert_gap(state.method, state.gap_index, rounds=state.round)
-    return {"stop": done}
+        reason = should_stop(state.best_p, state.round, p, p_max=state.p_max, stale_rounds=state.stale_rounds)
+    ctx.bank.upsert_gap(state.method, state.gap_index, rounds=state.round, stop_reason=reason or "")
+    return {"stop": reason is not None, "stop_reason": reason or ""}
+
+
+def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+    """Confirmation: the chosen child answered ``confirm_step`` more times by every panel model, step by step,
+    until its P(d inside the gap) reaches ``fill_level`` or each model has answered it ``confirm_max_rollouts``
+    times. Every answer goes through the call cache (rollout indices after the ones it has), and each step depends
+    only on the answers, so a re-run of this node repeats the same steps from the cache."""
+    ctx = runtime.context
+    p = ctx.params
+    best = ctx.bank.best_candidate(state.method, state.gap_index, state.target)
+    if best is None or not p.confirm_max_rollouts:
+        return {}
+    models = list(ctx.scale.models)
+    counts = {m: list(best["counts"].get(m, [0, 0])) for m in models}
+    # rollout indices below these were asked in the search (full labelling: 0..rollouts - 1; adaptive: at most
+    # adaptive_rollout_factor x rollouts): confirmation asks only new ones, so no answer is counted twice
+    factor = p.adaptive_rollout_factor if p.labelling == "adaptive" else 1
+    by_label = {m.label: m.rollouts for m in ctx.panel}
+    next_index = {m: max(counts[m][1], by_label[m] * factor) for m in models}
+    steps: list[dict[str, Any]] = []
+    fields = {"p_inside": best["p_inside"], "p_within": best["p_within"], "d": best["d"], "d_sd": best["d_sd"]}
+    item = Item(id=best["id"], question=best["question"], answer=best["answer"], format=best.get("format") or None)
+    while fields["p_inside"] < p.fill_level:
+        level = min(min(next_index.values()) + p.confirm_step, p.confirm_max_rollouts)
+        plan = [(0, j, r) for j, m in enumerate(models) for r in range(next_index[m], level)]
+        if not plan:
+            break  # every model has answered it confirm_max_rollouts times
+        for (_, j, r), a in zip(plan, _ask_panel(ctx, [item], plan)):
+            m = models[j]
+            next_index[m] = max(next_index[m], r + 1)
+            if a is not None:  # None: the answer was not a trial (logged by the grader)
+                counts[m] = [counts[m][0] + a, counts[m][1] + 1]
+        k = np.array([[counts[m][0] for m in models]])
+        n = np.array([[counts[m][1] for m in models]])
+        fields = _placement_fields(ctx, state, k, n)[0]
+        steps.append({"rollouts": level, "asked": len(plan), **fields})
+    if steps:
+        ctx.bank.update_candidate(best["id"], counts=counts, confirm_steps=len(steps), **fields)
+        from benchfill.io import atomic_write_json
+
+        out = ctx.label_dir / f"{state.method}-g{state.gap_index}-confirm"
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / "confirm.json", {"child": best["id"], "models": models,
+                                                 "before": {"p_inside": best["p_inside"], "p_within": best["p_within"], "d": best["d"],
+                                                            "d_sd": best["d_sd"]},
+                                                 "steps": steps, "counts": counts})
+    _emit(runtime, node="confirm", method=state.method, gap=state.gap_index, steps=len(steps),
+          p_inside=fields["p_inside"])
+    return {}
 
 
 def finalize(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
@@ -354,14 +433,22 @@ def finalize(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
               "cost": usage["cost"]}
     if best is None:
         ctx.bank.upsert_gap(state.method, state.gap_index, status="unfilled", chosen=None, chosen_d=None,
-                            chosen_d_sd=None, deviation=None,
+                            chosen_d_sd=None, deviation=None, p_inside=None, p_within=None,
                             note=f"no valid, placed child after {state.round} rounds", **common)
         _emit(runtime, node="finalize", method=state.method, gap=state.gap_index, filled=False)
         return {"skipped": state.skipped + [(state.lo, state.hi)]}
-    ctx.bank.upsert_gap(state.method, state.gap_index, status="filled", chosen=best["id"], chosen_d=best["d"],
-                        chosen_d_sd=best["d_sd"], deviation=best["deviation"], note="", **common)
+    level = ctx.params.fill_level
+    filled = best["p_inside"] >= level
+    note = "" if filled else (f"placed near, P(inside) = {best['p_inside']:.2f} (below the level {level:g})")
+    design = ctx.bank.gap(state.method, state.gap_index) or {}
+    if design.get("note") and design["note"] not in note:
+        note = "; ".join(x for x in (note, design["note"]) if x)
+    ctx.bank.upsert_gap(state.method, state.gap_index, status="filled" if filled else "near", chosen=best["id"],
+                        chosen_d=best["d"], chosen_d_sd=best["d_sd"], deviation=best["deviation"],
+                        p_inside=best["p_inside"], p_within=best["p_within"], note=note, **common)
     ctx.bank.update_candidate(best["id"], status="chosen")
-    _emit(runtime, node="finalize", method=state.method, gap=state.gap_index, filled=True, deviation=best["deviation"])
+    _emit(runtime, node="finalize", method=state.method, gap=state.gap_index, filled=filled,
+          deviation=best["deviation"], p_inside=best["p_inside"])
     update: dict[str, Any] = {"inserted": state.inserted + [float(best["d"])]}
     if not state.lo < best["d"] < state.hi:  # it landed outside: do not propose the same gap again
         update["skipped"] = state.skipped + [(state.lo, state.hi)]
@@ -371,7 +458,7 @@ def finalize(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
 # node name -> function; the graph is assembled from this table when it is built (a test may wrap an entry)
 NODE_FUNCTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "propose_gaps": propose, "seed_memory": seed_memory, "select_parents": choose_parents, "rewrite": rewrite,
-    "validate": validate, "label": label, "place": place, "stop": stop, "finalize": finalize,
+    "validate": validate, "label": label, "place": place, "stop": stop, "confirm": confirm, "finalize": finalize,
 }
 
 
@@ -380,29 +467,13 @@ def _label_adaptive(ctx: FillContext, state: FillState, cands: list[dict[str, An
     models until each is decided (:mod:`benchfill.graphs.adaptive`). Every answer goes through the call cache
     under the same key full labelling would use (model, messages, rollout index), and the schedule depends only on
     the answers, so a re-run of this node repeats the same steps from the cache and pays for no call twice."""
-    from benchfill.models.evaluate import answer_and_grade
-    from benchfill.models.grading import Grader
-    from benchfill.models.prompts import answer_messages
-
-    client = ctx.client.client
     by_label = {m.label: m for m in ctx.panel}
     models = [by_label[m] for m in ctx.scale.models]
     items = [Item(id=c["id"], question=c["question"], answer=c["answer"], format=c.get("format") or None)
              for c in cands]
-    grader = Grader(client, ctx.config.grader, ctx.prompts)
-    messages = [answer_messages(it, ctx.prompts) for it in items]
-    fingerprints = [grader.fingerprint(it) for it in items]
 
     def ask(plan: list[tuple[int, int, int]]) -> list[int | None]:
-        async def one(i: int, j: int, r: int):
-            return await answer_and_grade(client, grader, models[j], items[i], messages[i], fingerprints[i], r)
-
-        results = ctx.client.run(_all(one(*x) for x in plan))
-        failed = [res.error if not res.ok else (g.reason or "judge failed") for res, g in results
-                  if g.label == "skip" and (g.method == "call" or (g.reason or "").startswith("judge failed"))]
-        if failed:  # holes are no placement: stop, the resume asks again (the answers so far are cached)
-            raise CallsFailed(failed)
-        return [None if g.label == "skip" else int(g.label == "correct") for _, g in results]
+        return _ask_panel(ctx, items, plan)
 
     # the gap's children placed in earlier rounds bound the window that could win
     incumbent = np.inf
@@ -430,6 +501,32 @@ def _label_adaptive(ctx: FillContext, state: FillState, cands: list[dict[str, An
         ctx.bank.update_candidate(c["id"], counts=counts, status="labelled", answers=int(result.answers[i]),
                                   labelling=result.status[i], label_note=result.notes[i],
                                   prescreen_d=None if predicted is None else float(ctx.scale.normalise(predicted[i])))
+
+
+def _ask_panel(ctx: FillContext, items: list[Item], plan: list[tuple[int, int, int]]) -> list[int | None]:
+    """Answers of the panel for a batch of (item index, model index in the scale's order, rollout index): 1
+    correct, 0 wrong, None not a trial. Rollout r is sample index r under the same cache key full labelling uses,
+    so no (item, model, rollout) is ever paid for twice. Calls that failed stop the node (the resume asks again)."""
+    from benchfill.models.evaluate import answer_and_grade
+    from benchfill.models.grading import Grader
+    from benchfill.models.prompts import answer_messages
+
+    client = ctx.client.client
+    by_label = {m.label: m for m in ctx.panel}
+    models = [by_label[m] for m in ctx.scale.models]
+    grader = Grader(client, ctx.config.grader, ctx.prompts)
+    messages = [answer_messages(it, ctx.prompts) for it in items]
+    fingerprints = [grader.fingerprint(it) for it in items]
+
+    async def one(i: int, j: int, r: int):
+        return await answer_and_grade(client, grader, models[j], items[i], messages[i], fingerprints[i], r)
+
+    results = ctx.client.run(_all(one(*x) for x in plan))
+    failed = [res.error if not res.ok else (g.reason or "judge failed") for res, g in results
+              if g.label == "skip" and (g.method == "call" or (g.reason or "").startswith("judge failed"))]
+    if failed:
+        raise CallsFailed(failed)
+    return [None if g.label == "skip" else int(g.label == "correct") for _, g in results]
 
 
 def _tracked(name: str, fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
@@ -512,7 +609,8 @@ def _assemble():
     for a, b in zip(NODES[1:7], NODES[2:8]):  # seed_memory -> select_parents -> ... -> place -> stop
         graph.add_edge(a, b)
     graph.add_conditional_edges("stop", lambda s: "done" if s.stop else "again",
-                                {"done": "finalize", "again": "select_parents"})
+                                {"done": "confirm", "again": "select_parents"})
+    graph.add_edge("confirm", "finalize")
     graph.add_edge("finalize", "propose_gaps")
     return graph
 

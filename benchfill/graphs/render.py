@@ -31,6 +31,7 @@ class FillLive:
         t.add_row(
             f"[bold]{s.get('method', 'benchfill')}[/]", f"gap {s.get('gap', '-')}", f"round {s.get('round', '-')}",
             f"step {s.get('node', '-')}", f"best |d - t| {_f(s.get('best_deviation'))}",
+            f"P(within tol) {_f(s.get('best_p'), 2)}",
             f"calls {int(s.get('calls', 0))} ({int(s.get('cached', 0))} cached)", f"cost ${s.get('cost', 0.0):.4f}",
         )
         return t
@@ -38,11 +39,16 @@ class FillLive:
     def update(self, event: dict[str, Any]) -> None:
         if event.get("node") == "propose_gaps":
             self.state.pop("best_deviation", None)
+            self.state.pop("best_p", None)
         self.state.update({k: v for k, v in event.items() if v is not None})
         if event.get("node") == "finalize":
             gap = event.get("gap")
-            msg = (f"gap {gap} filled, |d - t| = {_f(event.get('deviation'))}" if event.get("filled")
-                   else f"gap {gap} left unfilled (no valid child)")
+            if event.get("filled"):
+                msg = f"gap {gap} filled, |d - t| = {_f(event.get('deviation'))}, P(inside) = {_f(event.get('p_inside'), 2)}"
+            elif event.get("p_inside") is not None:
+                msg = f"gap {gap}: placed near, P(inside) = {_f(event.get('p_inside'), 2)}"
+            else:
+                msg = f"gap {gap} left unfilled (no valid child)"
             self.console.print(f"[dim]{event.get('method')}:[/] {msg}")
         self._live.update(self._render())
 
@@ -58,13 +64,16 @@ def fill_summary_table(summary: dict[str, Any]) -> Group:
     """Table 2 of the paper for this run: one row per gap and method, then the Top-3 reductions per method."""
     sim = " [SIMULATED]" if summary.get("simulated") else ""
     t = Table(title=f"BenchFill: chosen items{sim}", title_justify="left")
-    for col in ("method", "gap", "t", "d ± SD", "|d-t|", "rounds", "cands", "cost $", "status"):
+    for col in ("method", "gap", "t", "d ± SD", "|d-t|", "P(inside)", "P(within tol)", "rounds", "calls", "cands",
+                "cost $", "status"):
         t.add_column(col, justify="left" if col in ("method", "status") else "right")
     for method, m in summary["methods"].items():
         for g in m["gaps"]:
             chosen = "-" if g["chosen_d"] is None else f"{g['chosen_d']:.3f}±{g['chosen_d_sd']:.3f}"
-            t.add_row(method, str(g["gap"]), _f(g["target"]), chosen, _f(g["deviation"]), str(g["rounds"]),
-                      str(g["n_candidates"]), f"{g['cost'] or 0:.3f}", g["status"])
+            calls = f"{g.get('search_calls') or 0}+{g.get('confirm_calls') or 0}"
+            t.add_row(method, str(g["gap"]), _f(g["target"]), chosen, _f(g["deviation"]), _f(g.get("p_inside"), 2),
+                      _f(g.get("p_within"), 2), str(g["rounds"]), calls, str(g["n_candidates"]),
+                      f"{g['cost'] or 0:.3f}", g["status"])
     r = Table(title=f"Top-3 gap sum {summary['top3_before']:.3f} before{sim}", title_justify="left")
     for col in ("method", "reduction", "mean |d-t|", "candidates", "cost $"):
         r.add_column(col, justify="left" if col == "method" else "right")
@@ -72,7 +81,11 @@ def fill_summary_table(summary: dict[str, Any]) -> Group:
         r.add_row(method, f"{100 * m['top3_reduction']:.1f} %", _f(m["mean_deviation"]), str(m["candidates"]),
                   f"{m['cost']:.3f}")
     r.add_row("oracle", f"{100 * summary['oracle']['top3_reduction']:.1f} %", "0.000", "", "")
-    return Group(t, r)
+    notes = [Text(f"{method} gap {g['gap']}: {g['note']}", "dim") for method, m in summary["methods"].items()
+             for g in m["gaps"] if g.get("note")]
+    legend = Text("filled: P(d inside the gap) >= the level [fill] fill_level; near: a child was chosen below it; "
+                  "calls: search + confirmation panel calls", "dim")
+    return Group(t, legend, *notes, r)
 
 
 def trace_tree(data: dict[str, Any], full: bool = False) -> Tree:
@@ -84,6 +97,9 @@ def trace_tree(data: dict[str, Any], full: bool = False) -> Tree:
                          f": [{data['lo']:.3f}, {data['hi']:.3f}] target {data['target']:.3f}, {data['status']}")
     if data["chosen"]:
         head.append(f", chosen {data['chosen']} d = {_f(data['chosen_d'])} ± {_f(data['chosen_d_sd'])}")
+        if data.get("p_inside") is not None:
+            head.append(f", P(inside) {data['p_inside']:.2f}, P(|d - t| <= {_f(data.get('tolerance'))}) "
+                        f"{data['p_within']:.2f}")
     u = data["usage"]
     head.append(f"  (calls {int(u['calls'])}, tokens {int(u['tokens'])}, cost ${u['cost']:.4f})")
     if data.get("simulated"):
@@ -101,6 +117,8 @@ def trace_tree(data: dict[str, Any], full: bool = False) -> Tree:
                 line = Text(f"{c['id']}: {c['status']}")
                 if c["d"] is not None:
                     line.append(f"  d = {c['d']:.3f} ± {_f(c['d_sd'])}  |d - t| = {_f(c['deviation'])}")
+                    if c.get("p_inside") is not None:
+                        line.append(f"  P(inside) {c['p_inside']:.2f}  P(within tol) {c['p_within']:.2f}")
                 if c["counts"]:
                     k = sum(v[0] for v in c["counts"].values())
                     n = sum(v[1] for v in c["counts"].values())
@@ -126,10 +144,11 @@ def review_table(queue: list[dict[str, Any]]) -> Table:
     """The review queue, one row per chosen item (text printed literally)."""
     t = Table(title=f"review queue (accepted after {REVIEW_APPROVALS_NEEDED} approvals and no standing rejection; "
                     "details: --show ID)", title_justify="left")
-    for col in ("candidate", "gap", "target", "d ± SD", "approvals", "rejections", "status", "question"):
+    for col in ("candidate", "gap", "target", "d ± SD", "P(inside)", "approvals", "rejections", "status", "question"):
         t.add_column(col)
     for q in queue:
         t.add_row(Text(str(q["candidate"])), str(q["gap"]), _f(q["target"]), f"{_f(q['d'])} ± {_f(q['d_sd'])}",
+                  _f(q.get("p_inside"), 2),
                   str(q["approvals"]), str(q["rejections"]), q["status"],
                   Text(" ".join(str(q["question"]).split())[:80]))
     return t
@@ -155,7 +174,8 @@ def review_detail(d: dict[str, Any]) -> Group:
                                f"d = {_f(p['d'])} ± {_f(p['d_sd'])}, 90 % interval [{_f(p['d_lo'])}, {_f(p['d_hi'])}]; "
                                f"target {_f(p['target'])} ± tolerance {_f(p['tolerance'])} in gap "
                                f"[{_f(p['lo'])}, {_f(p['hi'])}]; |d - t| = {_f(p['deviation'])}; b = {_f(p['b'])} ± "
-                               f"{_f(p['b_sd'])}"))
+                               f"{_f(p['b_sd'])}; P(inside the gap) = {_f(p.get('p_inside'), 2)}, "
+                               f"P(within tolerance) = {_f(p.get('p_within'), 2)}"))
     lines.append(Text.assemble(("rewriter: ", "bold"), f"{d.get('rewriter') or '-'}; parent {d.get('parent') or '-'}"))
     t = Table(title="panel counts per model", title_justify="left")
     for col in ("model", "correct", "trials", "accuracy"):

@@ -72,6 +72,15 @@ class FillOptions:
                 "sampler": self.sampler, "seed": self.seed}
 
 
+def panel_attainable_keys(scale: Scale, panel: list[ModelConfig]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Every likelihood key (correct counts, trials; (K, J) in the scale's model order) of a new item answered by
+    the labelling panel with its rollouts (None where guessing makes them too many to enumerate)."""
+    from benchfill.diagnostics.null import attainable_keys
+
+    by_model = {m.label: m.rollouts for m in panel}
+    return attainable_keys(np.array([by_model.get(m, 0) for m in scale.models]), scale.guessing)
+
+
 def panel_attainable_d(scale: Scale, panel: list[ModelConfig]) -> np.ndarray | None:
     """Every d (sorted) a new item answered by the labelling panel can be placed at, under the scale's population
     (None where guessing makes them too many to enumerate)."""
@@ -170,9 +179,10 @@ class FillRun:
         self.d = np.array([it.d for it in self.diagnosis.items])
         self.panel = simulated_panel(config, self.scale) if config.simulated else _check_panel(config, self.scale)
         self.floor_gaps: list[tuple[float, float]] = []  # the diagnosis' gaps the panel cannot measure: passed over
-        self.attainable: np.ndarray | None = None  # where the panel can place a child (None: anywhere)
+        # where the panel can place a child (None: too many keys to enumerate): the floor test and each gap's
+        # resolution read the same placements
+        self.attainable = panel_attainable_d(self.scale, self.panel)
         if not opts.allow_floor_gaps:
-            self.attainable = panel_attainable_d(self.scale, self.panel)
             self.floor_gaps = refuse_floor_gaps(self.diagnosis, self.panel, opts.n_gaps, str(opts.responses),
                                                 self.attainable)
         sim = None
@@ -197,7 +207,8 @@ class FillRun:
             bank=self.bank, client=self.client, prompts=PromptLibrary.from_config(config),
             label_dir=self.out / "labels",
             prescreen=prescreen.for_run(self.params.prescreen, self.items, self.scale.b_mean, opts.seed),
-            attainable_d=self.attainable,
+            attainable_d=self.attainable, attainable_keys=panel_attainable_keys(self.scale, self.panel),
+            skip_floor_gaps=not opts.allow_floor_gaps,
         )
         self.bank.set_meta(panel=[m.label for m in self.panel])  # an upsert: the same on every start
         if self.ctx.prescreen is not None:
@@ -263,13 +274,13 @@ def summarise(bank: MemoryBank, d: np.ndarray, n_gaps: int, simulated: bool, dia
         gaps = bank.gaps(method)
         if not gaps:
             continue
-        inserted = [g["chosen_d"] for g in gaps if g["status"] == "filled"]
-        devs = [g["deviation"] for g in gaps if g["status"] == "filled"]
+        chosen = [g for g in gaps if g["status"] in CHOSEN]
+        inserted = [g["chosen_d"] for g in chosen]
+        devs = [g["deviation"] for g in chosen]
         methods[method] = {
-            "gaps": [{k: g.get(k) for k in ("gap", "lo", "hi", "target", "status", "chosen", "chosen_d",
-                                             "chosen_d_sd", "deviation", "rounds", "n_candidates", "cost", "note")}
-                     for g in gaps],
-            "filled": len(inserted),
+            "gaps": [{**{k: g.get(k) for k in GAP_FIELDS}, **_gap_calls(bank, method, g["gap"])} for g in gaps],
+            "filled": sum(g["status"] == "filled" for g in gaps),
+            "chosen": len(chosen),
             "top3_reduction": top_k_reduction(d, inserted, 3),
             "mean_deviation": float(np.mean(devs)) if devs else None,
             "candidates": int(sum(g["n_candidates"] or 0 for g in gaps)),
@@ -286,6 +297,19 @@ def summarise(bank: MemoryBank, d: np.ndarray, n_gaps: int, simulated: bool, dia
     if simulated:
         out = {"label": SIM_BANNER, **out}
     return out
+
+
+CHOSEN = ("filled", "near")  # a child was chosen: "filled" at P(inside) >= fill_level, else "near"
+GAP_FIELDS = ("gap", "lo", "hi", "target", "status", "chosen", "chosen_d", "chosen_d_sd", "deviation", "p_inside",
+              "p_within", "tolerance", "p_max", "rounds", "n_candidates", "cost", "stop_reason", "note")
+
+
+def _gap_calls(bank: MemoryBank, method: str, gap: int) -> dict[str, int]:
+    """Panel calls of one gap: the search's labelling and the chosen child's confirmation."""
+    rows = bank.db.execute("select node, coalesce(sum(calls), 0) from usage where method = ? and gap = ? and node in "
+                           "('label', 'confirm') group by node", [method, gap]).fetchall()
+    by = dict(rows)
+    return {"search_calls": int(by.get("label", 0)), "confirm_calls": int(by.get("confirm", 0))}
 
 
 def simulated_gap_figures(out: str | Path) -> list[dict[str, Any]]:

@@ -36,6 +36,7 @@ def gap_trace(bank: MemoryBank, method: str, gap: int) -> dict[str, Any]:
                 "status": c["status"], "valid": bool(c["valid"]),
                 "verdict": json.loads(c["verdict"]) if c["verdict"] else None, "counts": c["counts"],
                 "b": c["b"], "b_sd": c["b_sd"], "d": c["d"], "d_sd": c["d_sd"], "deviation": c["deviation"],
+                "p_inside": c.get("p_inside"), "p_within": c.get("p_within"), "confirm_steps": c.get("confirm_steps"),
                 "error": c["error"] or None, "rewriter": c["rewriter"], "judge": c["judge"] or None,
                 "answers": c.get("answers"), "labelling": c.get("labelling"), "label_note": c.get("label_note"),
                 "prescreen_d": c.get("prescreen_d"),
@@ -44,20 +45,30 @@ def gap_trace(bank: MemoryBank, method: str, gap: int) -> dict[str, Any]:
         })
     return {"method": method, "gap": gap, "lo": row["lo"], "hi": row["hi"], "target": row["target"],
             "status": row["status"], "chosen": row["chosen"], "chosen_d": row["chosen_d"],
-            "chosen_d_sd": row["chosen_d_sd"], "deviation": row["deviation"], "rounds_used": row["rounds"],
-            "note": row["note"], "usage": bank.gap_usage(method, gap), "simulated": bool(bank.meta("simulated")),
+            "chosen_d_sd": row["chosen_d_sd"], "deviation": row["deviation"], "p_inside": row.get("p_inside"),
+            "p_within": row.get("p_within"), "tolerance": row.get("tolerance"), "p_max": row.get("p_max"),
+            "stop_reason": row.get("stop_reason"), "rounds_used": row["rounds"],
+            "note": row["note"], "confirmation": _confirmation(bank, method, gap), "usage": bank.gap_usage(method, gap), "simulated": bool(bank.meta("simulated")),
             "rounds": rounds}
 
 
+def _confirmation(bank: MemoryBank, method: str, gap: int) -> dict[str, Any] | None:
+    """The chosen child's confirmation steps (labels/<method>-g<gap>-confirm/confirm.json), if it had any."""
+    path = bank.path.parent / "labels" / f"{method}-g{gap}-confirm" / "confirm.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def review_queue(bank: MemoryBank) -> list[dict[str, Any]]:
-    """BenchFill's chosen items awaiting (or past) human review, in gap order."""
+    """BenchFill's chosen items awaiting (or past) human review, in gap order: the filled gaps' and the "near"
+    ones' (their P(inside) shown, so a reviewer sees how sure the placement is)."""
     out = []
     for g in bank.gaps("benchfill"):
-        if g["status"] != "filled":
+        if g["status"] not in ("filled", "near"):
             continue
         approve, reject = bank.approvals(g["chosen"])
         out.append({"candidate": g["chosen"], "gap": g["gap"], "target": g["target"], "d": g["chosen_d"],
-                    "d_sd": g["chosen_d_sd"], "approvals": approve, "rejections": reject,
+                    "d_sd": g["chosen_d_sd"], "gap_status": g["status"], "p_inside": g.get("p_inside"),
+                    "p_within": g.get("p_within"), "approvals": approve, "rejections": reject,
                     "status": bank.review_status(g["chosen"]),
                     "question": bank.candidate(g["chosen"])["question"],
                     "answer": bank.candidate(g["chosen"])["answer"]})
@@ -79,7 +90,7 @@ def review_item(bank: MemoryBank, candidate: str) -> dict[str, Any]:
     q, c = queue[candidate], bank.candidate(candidate)
     assert c is not None
     gap = bank.gap(c["method"], c["gap"]) or {}
-    tolerance = (bank.meta("params") or {}).get("tolerance")
+    tolerance = gap.get("tolerance") or (bank.meta("params") or {}).get("tolerance")
     d, sd = c["d"], c["d_sd"]
     lo_hi = (None, None) if d is None or sd is None else (d - Z90 * sd, d + Z90 * sd)
     return {
@@ -89,7 +100,7 @@ def review_item(bank: MemoryBank, candidate: str) -> dict[str, Any]:
         "verdict": json.loads(c["verdict"]) if c["verdict"] else None, "counts": c["counts"] or {},
         "placement": {"d": d, "d_sd": sd, "d_lo": lo_hi[0], "d_hi": lo_hi[1], "b": c["b"], "b_sd": c["b_sd"],
                       "target": gap.get("target"), "tolerance": tolerance, "lo": gap.get("lo"), "hi": gap.get("hi"),
-                      "deviation": c["deviation"],
+                      "deviation": c["deviation"], "p_inside": c.get("p_inside"), "p_within": c.get("p_within"),
                       "target_in_interval": None if lo_hi[0] is None or gap.get("target") is None
                       else bool(lo_hi[0] <= gap["target"] <= lo_hi[1])},
         "reviews": bank.reviews(candidate),
@@ -109,7 +120,8 @@ def filled_benchmark(bank: MemoryBank, include_pending: bool = False) -> tuple[l
             id=f"benchfill-{c['id']}", question=c["question"], answer=c["answer"], format=c.get("format") or None,
             metadata={"benchfill": {
                 "gap": entry["gap"], "target_d": entry["target"], "d": c["d"], "d_sd": c["d_sd"], "b": c["b"],
-                "b_sd": c["b_sd"], "parent": c["parent"], "rewriter": c["rewriter"], "judge": c["judge"],
+                "b_sd": c["b_sd"], "p_inside": entry.get("p_inside"), "p_within": entry.get("p_within"),
+                "gap_status": entry.get("gap_status"), "parent": c["parent"], "rewriter": c["rewriter"], "judge": c["judge"],
                 "approvals": entry["approvals"], "review": entry["status"], "panel_counts": c["counts"],
                 "simulated": simulated,
             }},

@@ -322,3 +322,58 @@ def _accumulate_grid_moments(keys: fast.ItemKeys, draws: np.ndarray, grid: np.nd
             p /= p.sum(1, keepdims=True)
             m1[out] += p @ grid
             m2[out] += p @ grid**2
+
+
+PROBABILITY_NODES = 401  # nodes of each key's own window (mean +- WINDOW_SDS posterior SDs): spacing 0.06 SD
+WINDOW_SDS = 12.0
+PROBABILITY_DRAWS = 500  # ability draws behind each probability (their Monte Carlo error is < 0.01 here)
+
+
+def interval_probabilities(scale: Scale, n_correct: np.ndarray, n_trials: np.ndarray, bounds_d: np.ndarray,
+                           guessing: np.ndarray | float | None = None) -> np.ndarray:
+    """Posterior probability that each new item's difficulty lies in each interval of the normalised axis.
+
+    The probability is exact given the scale's ability draws: each draw's conditional posterior of b (the scale's
+    population times the item's likelihood) is integrated by trapezoid sums on the key's own window, and the
+    conditionals are averaged. An interval [lo, hi] of d is the interval [b_min + lo span, b_min + hi span] of b:
+    a gap's edges are its neighbours' positions on the same axis, so the uncertainty of the axis' ends moves the
+    edges with the item and cancels out of "is it inside the gap" (unlike ``d_sd``, which is about d itself).
+
+    Args:
+        scale: the benchmark's scale (ability draws, axis, population).
+        n_correct, n_trials: (K, J) counts, columns in ``scale.models`` order.
+        bounds_d: (M, 2) intervals [lo, hi] on d.
+        guessing: as :func:`place_items`.
+    Returns:
+        (K, M) probabilities in [0, 1].
+    """
+    y, n, c = _validate(scale, n_correct, n_trials, guessing)
+    bounds = np.asarray(bounds_d, dtype=float).reshape(-1, 2)
+    if y.shape[0] == 0:
+        return np.zeros((0, len(bounds)))
+    draws = thin_draws(np.asarray(scale.theta_draws, dtype=float), PROBABILITY_DRAWS)
+    prior = scale.population
+    keys = fast.reduce_items(y.T, n.T, c if np.any(c > 0) else None)
+    moments = grid_key_moments(draws, y, n, c if np.any(c > 0) else None, prior=prior)
+    edges_b = scale.b_min + bounds * scale.span  # (M, 2)
+    out = np.empty((keys.n_keys, len(bounds)))
+    for k in range(keys.n_keys):
+        half = WINDOW_SDS * max(moments.sd[k], 1e-3)
+        grid = np.linspace(moments.mean[k] - half, moments.mean[k] + half, PROBABILITY_NODES)
+        X = draws[:, :, None] - grid[None, None, :]  # (S, J, G)
+        sp = fast.softplus(X)
+        if keys.c[k] > 0:
+            cv = keys.c[k]
+            log_right = np.logaddexp(np.log(cv), np.log1p(-cv) + X - sp)
+            ell = np.einsum("j,sjg->sg", keys.y[k].astype(float), log_right) + np.einsum(
+                "j,sjg->sg", (keys.n[k] - keys.y[k]).astype(float), np.log1p(-cv) - sp)
+        else:
+            ell = -np.einsum("j,sjg->sg", keys.n[k].astype(float), sp) - keys.r[k] * grid[None, :]
+        ell = ell + prior.log_density_unnormalised(grid)[None, :]
+        p = np.exp(ell - ell.max(1, keepdims=True))
+        cum = np.concatenate([np.zeros((len(p), 1)), np.cumsum((p[:, 1:] + p[:, :-1]) / 2, axis=1)], axis=1)
+        cdf = (cum / cum[:, -1:]).mean(0)  # the draws' mixture, (G,)
+        lo = np.interp(edges_b[:, 0], grid, cdf, left=0.0, right=1.0)
+        hi = np.interp(edges_b[:, 1], grid, cdf, left=0.0, right=1.0)
+        out[k] = np.clip(hi - lo, 0.0, 1.0)
+    return out[keys.item_key]

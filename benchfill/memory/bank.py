@@ -36,6 +36,19 @@ class MemoryItem:
     kind: str  # "seed" | "candidate"
 
 
+# decision columns (issue 23), added to a bank made before them
+GAP_DECISION_COLUMNS = {"tolerance": float, "resolution": float, "p_max": float, "stop_reason": str,
+                        "p_inside": float, "p_within": float}
+CANDIDATE_DECISION_COLUMNS = {"p_inside": float, "p_within": float, "confirm_steps": int}
+
+
+def _add_missing(table: Any, columns: dict[str, type]) -> None:
+    have = set(table.columns_dict)
+    for name, kind in columns.items():
+        if name not in have:
+            table.add_column(name, kind)
+
+
 class MemoryBank:
     """Typed access to the run's SQLite file. Tables: runs, gaps, seeds, candidates, reviews."""
 
@@ -59,6 +72,7 @@ class MemoryBank:
                  "cost": float, "method": str, "note": str},
                 pk=("method", "gap"),
             )
+        _add_missing(t("gaps"), GAP_DECISION_COLUMNS)
         if not t("seeds").exists():
             t("seeds").create({"method": str, "gap": int, "id": str, "question": str, "answer": str, "b": float,
                                "b_sd": float, "d": float, "format": str}, pk=("method", "gap", "id"))
@@ -74,6 +88,7 @@ class MemoryBank:
                 pk="id",
             )
             t("candidates").create_index(["method", "gap", "round"])
+        _add_missing(t("candidates"), CANDIDATE_DECISION_COLUMNS)
         if not t("reviews").exists():
             t("reviews").create({"candidate": str, "reviewer": str, "decision": str, "note": str, "at": float},
                                 pk=("candidate", "reviewer"))
@@ -186,10 +201,12 @@ class MemoryBank:
         return r
 
     def best_candidate(self, method: str, gap: int, target: float) -> dict[str, Any] | None:
-        """The valid, placed child nearest to the target so far (ties: smaller id)."""
+        """The valid, placed child most likely within tolerance of the target so far: the largest
+        P(|d - t| <= tolerance), then the largest P(d inside the gap), then the nearest d (ties: smaller id)."""
         row = self.db.execute(
             "select id from candidates where method = ? and gap = ? and status in ('placed', 'chosen') "
-            "order by abs(d - ?), id limit 1", [method, gap, target]).fetchone()
+            "order by coalesce(p_within, 0) desc, coalesce(p_inside, 0) desc, abs(d - ?), id limit 1",
+            [method, gap, target]).fetchone()
         return None if row is None else self.candidate(row[0])
 
     def placed(self, method: str, gap: int) -> list[MemoryItem]:

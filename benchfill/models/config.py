@@ -178,6 +178,15 @@ class FillParams(BaseModel):
     references: int = Field(default=16, ge=0, le=256)
     tolerance: float = Field(default=0.01, ge=0, le=1)  # on the normalised axis d
     max_rounds: int = Field(default=8, ge=1, le=1000)
+    # decisions by posterior probability (issue 23): a gap is "filled" when its chosen child's P(d inside the gap)
+    # reaches fill_level; the search stops when the best child's P(|d - t| <= tolerance) does, when no placement
+    # of this panel could do better, or after `patience` rounds that did not improve it
+    fill_level: float = Field(default=0.9, gt=0, lt=1)
+    patience: int = Field(default=2, ge=1, le=1000)
+    # confirmation: the chosen child answered confirm_step more times by every panel model, step after step, until
+    # P(inside) reaches fill_level or each model has answered it confirm_max_rollouts times (0: no confirmation)
+    confirm_step: int = Field(default=4, ge=1, le=1000)
+    confirm_max_rollouts: int = Field(default=32, ge=0, le=100_000)
     seed_items: int = Field(default=16, ge=1)
     sequential: bool = True  # recompute the gaps after each filled gap (else: a fixed list from the start)
     display_scale: float = Field(default=10.0, gt=0)  # difficulties shown to the rewriter on 0-10, not 0-1
