@@ -489,7 +489,9 @@ class GapFill(BaseModel):
     p_inside: float | None = None  # posterior P(the chosen child's d lies inside [lo, hi])
     p_within: float | None = None  # posterior P(|d - target| <= tolerance)
     tolerance: float | None = None  # the tolerance the gap was judged at (configured, or the panel's resolution)
-    p_max: float | None = None  # the most P(|d - t| <= tolerance) the panel's placements can give
+    resolution: float | None = None  # distance from the target to the nearest placement one child can get
+    children_mu: float | None = None  # the posterior mean of the search's children population N(mu, sigma), logits
+    children_sigma: float | None = None
     search_calls: int | None = None  # panel calls of the search (labelling) ...
     confirm_calls: int | None = None  # ... and of the chosen child's confirmation
     stop_reason: str | None = None

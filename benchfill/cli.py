@@ -285,7 +285,6 @@ def fill(
     """Fill the largest difficulty gaps with the BenchFill search (rewrite -> validate -> label -> place)."""
     from benchfill import api
     from benchfill.graphs.render import FillLive, fill_summary_table
-    from benchfill.graphs.run import SIM_BANNER
     from benchfill.models.client import CallsFailed
 
     _check_fit_options(sampler)
@@ -302,7 +301,8 @@ def fill(
         con.print(f"scale: kept {len(sel['kept'])} of {sel['of']} models ({sel['rule']}; --models N, --models-file "
                   f"F): {', '.join(sel['kept'])}", markup=False, highlight=False, soft_wrap=True)
     if run.simulated:
-        con.print(SIM_BANNER, style="bold yellow", markup=False, highlight=False)
+        con.print(run.banner, style="bold yellow", markup=False, highlight=False)
+    con.print(run.diagnosis_line(), markup=False, highlight=False, soft_wrap=True)
     try:
         with live:
             summary = api.FillSummary.model_validate(run.run())

@@ -176,7 +176,7 @@ def test_review_show_and_json(nasty_run):
     assert res.exit_code == 0, res.output
     text = flat(res.output)
     assert "reference answer: 7 [/INST]" in text and "reason [/INST]" in text and "90 % interval" in text
-    assert "tolerance 0.010" in text and "panel counts per model" in text
+    assert "± tolerance 0." in text and "P(inside the gap) = 0." in text and "panel counts per model" in text
 
 
 # ---- Ctrl-C ------------------------------------------------------------------------------------------------

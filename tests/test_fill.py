@@ -147,7 +147,8 @@ def test_fill_fills_gaps_sequentially_and_reports_table2(finished_run):
         # "filled" means the chosen child is inside at P >= fill_level (0.9), else it is "near" with its P said
         assert (g["status"] == "filled") == (g["p_inside"] >= 0.9)
         assert (g["status"] == "near") == ("placed near, P(inside) = " in g["note"])
-        assert 0 <= g["p_within"] <= 1 and 0 < g["p_max"] < 1 and g["search_calls"] > 0
+        assert 0 <= g["p_within"] <= 1 and g["search_calls"] > 0
+        assert g["children_sigma"] > 0 and g["resolution"] is not None
         # 6 models x 4 rollouts place no child within 0.01 of a target: the gap is judged at the panel's resolution
         assert g["tolerance"] > 0.01 and "finer than this panel can place" in g["note"]
         assert g["chosen_d_sd"] > 0.01  # 6 models x 4 rollouts: the placement is far less precise than 0.01
@@ -217,18 +218,18 @@ def test_progress_events_come_through_langgraphs_custom_stream(tmp_path, bench):
 
 def test_stop_rules_know_the_design(tmp_path, bench):
     """Stop when the best child is within tolerance at the level; where the panel cannot place a child that close,
-    judge at its resolution and stop once a child has the best probability this panel's placements can give."""
+    judge at its resolution, and stop once rounds stop raising the best child's probability."""
     items, resp = bench
     loose = fill(items, resp, write_config(tmp_path, tolerance=1.0, name="a.toml"), tmp_path / "a", "--gaps", "1")
     assert loose.exit_code == 0, loose.output
     g = json.loads((tmp_path / "a" / "summary.json").read_text())["methods"]["benchfill"]["gaps"][0]
     assert g["rounds"] == 1 and "reached the level" in g["stop_reason"]  # any child is within tolerance 1.0
-    strict = fill(items, resp, write_config(tmp_path, tolerance=0.0, max_rounds=6, name="b.toml"), tmp_path / "b",
+    strict = fill(items, resp, write_config(tmp_path, tolerance=0.0, max_rounds=8, name="b.toml"), tmp_path / "b",
                   "--gaps", "1")
     g = json.loads((tmp_path / "b" / "summary.json").read_text())["methods"]["benchfill"]["gaps"][0]
     assert strict.exit_code == 0, strict.output
     assert g["tolerance"] > 0 and "finer than this panel can place" in g["note"]
-    assert g["rounds"] < 6 and ("most this panel" in g["stop_reason"] or "without improving" in g["stop_reason"])
+    assert g["rounds"] < 8 and "round(s) in a row raised P(|d - t| <= tolerance) by less than" in g["stop_reason"]
 
 
 def test_a_judge_that_rejects_everything_leaves_gaps_unfilled(tmp_path, bench):
@@ -574,7 +575,7 @@ def test_kills_at_random_moments_repay_at_most_the_calls_in_flight(tmp_path, ben
                 str(cfg), "--sampler", "map", "--models", "6", "--gaps", "2"]
         ref = subprocess.run(base + ["--out", str(tmp_path / "ref")], capture_output=True, text=True, timeout=600)
         assert ref.returncode == 0, ref.stderr[-2000:]
-        assert len(server.ok_keys) == len(set(server.ok_keys)) == 504  # an unbroken run pays each call once (confirmation included)
+        assert len(server.ok_keys) == len(set(server.ok_keys)) == 367  # an unbroken run pays each call once (confirmation included)
         server.reset()
         rng = random.Random(20261130)
         out = tmp_path / "killed"

@@ -15,7 +15,7 @@ import pytest
 from test_fill import SIM_CONFIG, _chosen, _cli, _double_calls, config_error, fill, make_benchmark
 
 from benchfill.graphs.adaptive import adaptive_label, expected_information, pick_models
-from benchfill.graphs.run import simulated_gap_figures
+from benchfill.graphs.run import true_gap_figures
 from benchfill.irt.placement import place_items
 from benchfill.irt.scale import Scale
 from benchfill.models.config import FillParams
@@ -158,7 +158,7 @@ def test_an_adaptive_fill_labels_with_fewer_calls_and_records_its_decisions(tmp_
         res = fill(items, resp, write(tmp_path, mode, f"{mode}.toml"), tmp_path / mode, "--gaps", "1",
                    "--allow-floor-gaps")
         assert res.exit_code == 0, res.output
-        figures[mode] = simulated_gap_figures(tmp_path / mode)
+        figures[mode] = true_gap_figures(tmp_path / mode)
     print(json.dumps(figures))
     assert figures["adaptive"][0]["calls"] < figures["full"][0]["calls"]
     con = sqlite3.connect(tmp_path / "adaptive" / "memory.sqlite")
@@ -191,7 +191,7 @@ def test_full_vs_adaptive_on_the_same_gaps_over_seeds(tmp_path, bench):
             res = fill(items, resp, write(tmp_path, mode, f"{mode}.toml", max_rounds=3), out, "--gaps", "2",
                        "--allow-floor-gaps", "--seed", str(seed))
             assert res.exit_code == 0, res.output
-            figures[mode] += simulated_gap_figures(out)
+            figures[mode] += true_gap_figures(out)
     mean = {mode: {k: float(np.mean([g[k] for g in rows])) for k in ("calls", "true_dev", "dev", "sd")}
             for mode, rows in figures.items()}
     print(json.dumps(mean))

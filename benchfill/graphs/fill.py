@@ -45,7 +45,6 @@ from benchfill.diagnostics.null import gap_is_unfillable
 from benchfill.graphs.adaptive import adaptive_label
 from benchfill.graphs.prescreen import TextPrior
 from benchfill.graphs.policy import (
-    P_MAX_SLACK,
     SearchParams,
     gap_design,
     propose_gaps,
@@ -54,7 +53,7 @@ from benchfill.graphs.policy import (
     should_stop,
     to_display,
 )
-from benchfill.irt.placement import interval_probabilities, place_items
+from benchfill.irt.placement import place_children
 from benchfill.irt.scale import Scale
 from benchfill.memory.bank import MemoryBank, MemoryItem
 from benchfill.models.client import CallResult, CallsFailed, SyncModelClient
@@ -82,9 +81,10 @@ class FillState(BaseModel):
     best_id: str | None = None
     best_deviation: float | None = None
     best_p: float | None = None  # the best child's P(|d - t| <= tolerance)
+    best_p_record: float | None = None  # the highest best_p of the gap's rounds so far (re-placing the children
+    # together moves every probability a little each round: only a gain over the record counts as one)
     stale_rounds: int = 0  # rounds in a row that did not raise best_p
     tolerance: float | None = None  # the gap's tolerance: the configured one or the panel's resolution
-    p_max: float | None = None  # the most P(|d - t| <= tolerance) the panel's placements can give (None: unknown)
     stop_reason: str = ""
     stop: bool = False
     inserted: list[float] = Field(default_factory=list)  # d of the items chosen so far, in order
@@ -213,12 +213,11 @@ def propose(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     target = (lo + hi) / 2
     design = gap_design(ctx.scale, ctx.attainable_keys, target, ctx.params.tolerance)
     ctx.bank.upsert_gap(state.method, index, lo=lo, hi=hi, target=target, status="searching", rounds=0,
-                        n_candidates=0, note=design.note, tolerance=design.tolerance, resolution=design.resolution,
-                        p_max=design.p_max)
+                        n_candidates=0, note=design.note, tolerance=design.tolerance, resolution=design.resolution)
     _emit(runtime, node="propose_gaps", method=state.method, gap=index, target=target, note=design.note)
     return {"gap_index": index, "lo": lo, "hi": hi, "target": target, "round": 0, "parents": [],
-            "children": [], "best_id": None, "best_deviation": None, "best_p": None, "stale_rounds": 0,
-            "tolerance": design.tolerance, "p_max": design.p_max, "stop_reason": "", "stop": False}
+            "children": [], "best_id": None, "best_deviation": None, "best_p": None, "best_p_record": None, "stale_rounds": 0,
+            "tolerance": design.tolerance, "stop_reason": "", "stop": False}
 
 
 def seed_memory(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
@@ -333,34 +332,51 @@ def label(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
 
 def place(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     ctx = runtime.context
-    cands = [c for c in (ctx.bank.candidate(cid) for cid in state.children) if c["status"] in ("labelled", "placed")]
-    if cands:
-        models = ctx.scale.models
-        k = np.array([[c["counts"].get(m, [0, 0])[0] for m in models] for c in cands], dtype=np.int64)
-        n = np.array([[c["counts"].get(m, [0, 0])[1] for m in models] for c in cands], dtype=np.int64)
-        for c, fields in zip(cands, _placement_fields(ctx, state, k, n)):
-            ctx.bank.update_candidate(c["id"], status="placed", **fields)
+    fresh = {c["id"] for c in (ctx.bank.candidate(cid) for cid in state.children) if c["status"] == "labelled"}
+    if fresh:
+        place_gap(ctx, state)
     best = ctx.bank.best_candidate(state.method, state.gap_index, state.target)
     best_p = None if best is None else best["p_within"]
-    improved = best_p is not None and (state.best_p is None or best_p > state.best_p + P_MAX_SLACK)
+    record = state.best_p_record
+    improved = best_p is not None and (record is None or best_p >= record + ctx.params.min_gain)
     _emit(runtime, node="place", method=state.method, gap=state.gap_index, round=state.round,
           best_deviation=None if best is None else best["deviation"], best_p=best_p,
           best_p_inside=None if best is None else best["p_inside"])
     return {"best_id": None if best is None else best["id"],
             "best_deviation": None if best is None else best["deviation"], "best_p": best_p,
+            "best_p_record": max(x for x in (record, best_p, -1.0) if x is not None),
             "stale_rounds": 0 if improved else state.stale_rounds + 1}
 
 
-def _placement_fields(ctx: FillContext, state: FillState, k: np.ndarray, n: np.ndarray) -> list[dict[str, Any]]:
-    """Each child's placement (b, d and their SDs) and its posterior P(d inside the gap) and P(|d - t| <= the
-    gap's tolerance), from (K, J) counts in the scale's model order."""
-    placed = place_items(ctx.scale, k, n)
+def place_gap(ctx: FillContext, state: FillState, counts: dict[str, dict[str, list[int]]] | None = None
+              ) -> dict[str, dict[str, Any]]:
+    """Place every labelled child of the gap's search together (:func:`benchfill.irt.placement.place_children`:
+    they share a population, learned from all of them) and store each one's b, d, their SDs, P(d inside the gap)
+    and P(|d - t| <= the gap's tolerance). ``counts``: answers to use instead of the stored ones (the confirmation's);
+    returns the fields by child id."""
+    cands = [c for c in ctx.bank.candidates(state.method, state.gap_index)
+             if c["status"] in ("labelled", "placed", "chosen")]
+    if not cands:
+        return {}
+    models = ctx.scale.models
+    counts = counts or {}
+    rows = [counts.get(c["id"], c["counts"] or {}) for c in cands]
+    k = np.array([[r.get(m, [0, 0])[0] for m in models] for r in rows], dtype=np.int64)
+    n = np.array([[r.get(m, [0, 0])[1] for m in models] for r in rows], dtype=np.int64)
     tol = state.tolerance if state.tolerance is not None else ctx.params.tolerance
-    probs = interval_probabilities(ctx.scale, k, n, np.array([[state.lo, state.hi],
-                                                              [state.target - tol, state.target + tol]]))
-    return [{"b": float(b), "b_sd": float(b_sd), "d": float(d), "d_sd": float(d_sd),
-             "deviation": float(abs(d - state.target)), "p_inside": float(p[0]), "p_within": float(p[1])}
-            for b, b_sd, d, d_sd, p in zip(placed.b_mean, placed.b_sd, placed.d, placed.d_sd, probs)]
+    placed = place_children(ctx.scale, k, n, np.array([[state.lo, state.hi], [state.target - tol, state.target + tol]]))
+    out = {}
+    for i, c in enumerate(cands):
+        fields = {"b": float(placed.b_mean[i]), "b_sd": float(placed.b_sd[i]), "d": float(placed.d[i]),
+                  "d_sd": float(placed.d_sd[i]), "deviation": float(abs(placed.d[i] - state.target)),
+                  "p_inside": float(placed.probabilities[i, 0]), "p_within": float(placed.probabilities[i, 1])}
+        status = "placed" if c["status"] == "labelled" else c["status"]
+        ctx.bank.update_candidate(c["id"], status=status, **({"counts": counts[c["id"]]} if c["id"] in counts
+                                                             else {}), **fields)
+        out[c["id"]] = fields
+    ctx.bank.upsert_gap(state.method, state.gap_index, children_mu=placed.population_mu,
+                        children_sigma=placed.population_sigma)
+    return out
 
 
 def stop(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
@@ -370,7 +386,7 @@ def stop(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
         budget = state.budget_rounds[state.gap_index - 1] if state.gap_index <= len(state.budget_rounds) else p.max_rounds
         reason = f"BenchFill's {budget} round(s) on this gap (budget-matched)" if state.round >= budget else None
     else:
-        reason = should_stop(state.best_p, state.round, p, p_max=state.p_max, stale_rounds=state.stale_rounds)
+        reason = should_stop(state.best_p, state.round, p, stale_rounds=state.stale_rounds)
     ctx.bank.upsert_gap(state.method, state.gap_index, rounds=state.round, stop_reason=reason or "")
     return {"stop": reason is not None, "stop_reason": reason or ""}
 
@@ -405,12 +421,10 @@ def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
             next_index[m] = max(next_index[m], r + 1)
             if a is not None:  # None: the answer was not a trial (logged by the grader)
                 counts[m] = [counts[m][0] + a, counts[m][1] + 1]
-        k = np.array([[counts[m][0] for m in models]])
-        n = np.array([[counts[m][1] for m in models]])
-        fields = _placement_fields(ctx, state, k, n)[0]
+        fields = place_gap(ctx, state, {best["id"]: counts})[best["id"]]
         steps.append({"rollouts": level, "asked": len(plan), **fields})
     if steps:
-        ctx.bank.update_candidate(best["id"], counts=counts, confirm_steps=len(steps), **fields)
+        ctx.bank.update_candidate(best["id"], confirm_steps=len(steps))
         from benchfill.io import atomic_write_json
 
         out = ctx.label_dir / f"{state.method}-g{state.gap_index}-confirm"

@@ -158,6 +158,16 @@ class FillRun:
             opts = self.opts = replace(opts, resume=False)  # nothing to continue: --resume starts the run
         responses, items = load_panel(opts.responses, opts.items, opts.models, opts.models_file)
         assert items is not None
+        all_items = items
+        self.replay = None
+        if config.simulated and config.sim is not None and config.sim.world == "replay":
+            from benchfill.models.replay import split_for_replay
+
+            # the benchmark is the held-in items, thinned; the pool and the full pass rates drive the replay world
+            self.replay = split_for_replay(responses, config.sim.holdout, config.sim.rollouts,
+                                           seed=config.sim.seed + opts.seed)
+            pool = set(self.replay.pool_ids)
+            responses, items = self.replay.benchmark, [it for it in items if it.id not in pool]
         self.model_selection = responses.meta.get("selection")  # which models were kept (the CLI says so)
         fingerprint = opts.fingerprint()
         if opts.resume:
@@ -186,7 +196,14 @@ class FillRun:
             self.floor_gaps = refuse_floor_gaps(self.diagnosis, self.panel, opts.n_gaps, str(opts.responses),
                                                 self.attainable)
         sim = None
-        if config.simulated:
+        if self.replay is not None:
+            from benchfill.models.replay import TRUTH_FILE, build_world
+
+            s = config.sim
+            sim, truth = build_world(self.replay.full, {it.id: it for it in all_items}, self.replay.pool_ids,
+                                     self.scale, s, (s.seed if s else 0) + opts.seed)
+            atomic_write_json(self.out / TRUTH_FILE, truth)
+        elif config.simulated:
             from benchfill.models.sim import SimWorld
 
             s = config.sim
@@ -217,6 +234,23 @@ class FillRun:
     @property
     def simulated(self) -> bool:
         return self.config.simulated
+
+    @property
+    def banner(self) -> str:
+        """What answers this run: the replay world, the simulated one, or "" for real models."""
+        from benchfill.models.replay import REPLAY_BANNER
+
+        return REPLAY_BANNER if self.replay is not None else SIM_BANNER if self.simulated else ""
+
+    def diagnosis_line(self) -> str:
+        """The diagnosis the search acts on, in one line: its largest gaps and which of them the panel cannot
+        measure (passed over: the same floor test as the search's own)."""
+        dg = self.diagnosis
+        shown = ", ".join(f"[{g.lo:.3f}, {g.hi:.3f}]" + (" (at the panel's floor: passed over)"
+                                                        if (g.lo, g.hi) in self.floor_gaps else "")
+                          for g in dg.gaps[: self.opts.n_gaps + len(self.floor_gaps)])
+        return (f"diagnosis ({len(dg.items)} items, {len(self.scale.models)} models; {self.out / 'diagnosis.json'}): "
+                f"largest gaps {shown}; the search re-ranks the gaps after each insertion")
 
     def _diagnosis(self, responses, items) -> tuple[Diagnosis, Scale]:
         json_path, scale_path = self.out / "diagnosis.json", self.out / "diagnosis.scale.npz"
@@ -262,11 +296,12 @@ class FillRun:
         self.client.close()
 
     def summary(self, final_state: FillState | None = None) -> dict[str, Any]:
-        return summarise(self.bank, self.d, self.opts.n_gaps, self.simulated, self.diagnosis)
+        return summarise(self.bank, self.d, self.opts.n_gaps, self.simulated, self.diagnosis,
+                         replay=self.replay is not None)
 
 
-def summarise(bank: MemoryBank, d: np.ndarray, n_gaps: int, simulated: bool, diagnosis: Diagnosis | None = None
-              ) -> dict[str, Any]:
+def summarise(bank: MemoryBank, d: np.ndarray, n_gaps: int, simulated: bool, diagnosis: Diagnosis | None = None,
+              replay: bool = False) -> dict[str, Any]:
     """Table 2: per gap the target, chosen d, |d - t| with posterior SD, rounds, candidates, cost; and the relative
     reduction of the Top-3 gap sum after the insertions for BenchFill, the baseline (if run) and the oracle."""
     methods: dict[str, Any] = {}
@@ -294,14 +329,18 @@ def summarise(bank: MemoryBank, d: np.ndarray, n_gaps: int, simulated: bool, dia
         "methods": methods,
         "oracle": {"inserted": oracle, "top3_reduction": top_k_reduction(d, oracle, 3)},
     }
-    if simulated:
-        out = {"label": SIM_BANNER, **out}
+    if replay:
+        from benchfill.models.replay import REPLAY_BANNER
+
+        out = {"label": REPLAY_BANNER, "world": "replay", **out}
+    elif simulated:
+        out = {"label": SIM_BANNER, "world": "irt", **out}
     return out
 
 
 CHOSEN = ("filled", "near")  # a child was chosen: "filled" at P(inside) >= fill_level, else "near"
 GAP_FIELDS = ("gap", "lo", "hi", "target", "status", "chosen", "chosen_d", "chosen_d_sd", "deviation", "p_inside",
-              "p_within", "tolerance", "p_max", "rounds", "n_candidates", "cost", "stop_reason", "note")
+              "p_within", "tolerance", "resolution", "children_mu", "children_sigma", "rounds", "n_candidates", "cost", "stop_reason", "note")
 
 
 def _gap_calls(bank: MemoryBank, method: str, gap: int) -> dict[str, int]:
@@ -312,28 +351,36 @@ def _gap_calls(bank: MemoryBank, method: str, gap: int) -> dict[str, int]:
     return {"search_calls": int(by.get("label", 0)), "confirm_calls": int(by.get("confirm", 0))}
 
 
-def simulated_gap_figures(out: str | Path) -> list[dict[str, Any]]:
-    """Per filled BenchFill gap of a SIMULATED run folder: panel calls, the chosen child's TRUE |d - t| (its latent
-    b in the simulated world, normalised with the benchmark's scale), the estimated |d - t| and the posterior SD of
-    d, and the rounds used. For benchmarks of the search itself (the truth is known only in simulation)."""
-    import sqlite3
-
-    from benchfill.models.sim import latent_from_text
+def true_gap_figures(out: str | Path, method: str = "benchfill") -> list[dict[str, Any]]:
+    """Per gap with a chosen child (filled or near) of a SIMULATED or REPLAY run folder: the chosen child's TRUE d
+    (simulated world: its latent b; replay world: its placement from the full real matrix, ``replay_truth.json``;
+    both on the benchmark's scale), whether it truly lies inside the gap, its true and estimated |d - t|, its
+    posterior SD of d, P(inside), P(within tolerance), the status, the rounds and the panel calls of the search and
+    of the confirmation. For benchmarks of the search itself (the truth is known only there)."""
+    from benchfill.models.replay import load_truth
+    from benchfill.models.sim import latent_from_text, text_key
 
     out = Path(out)
     sc = Scale.load(out / "diagnosis.scale.npz")
-    con = sqlite3.connect(out / "memory.sqlite")
+    truth = load_truth(out)
+    bank = MemoryBank(out / MEMORY_DB)
     try:
         rows = []
-        for gap, cid, t, d_sd, dev, rounds in con.execute(
-                "select gap, chosen, target, chosen_d_sd, deviation, rounds from gaps where method = 'benchfill' and "
-                "status = 'filled' order by gap"):
-            q = con.execute("select question from candidates where id = ?", [cid]).fetchone()[0]
-            true_d = float(sc.normalise(np.array([latent_from_text(q)]))[0])
-            calls = con.execute("select coalesce(sum(calls), 0) from usage where method = 'benchfill' and node = "
-                                "'label' and gap = ?", [gap]).fetchone()[0]
-            rows.append({"gap": gap, "calls": calls, "true_dev": abs(true_d - t), "dev": dev, "sd": d_sd,
-                         "rounds": rounds})
+        for g in bank.gaps(method):
+            if g["status"] not in CHOSEN:
+                continue
+            q = bank.candidate(g["chosen"])["question"]
+            if truth is not None:
+                true_d = truth[text_key(q)]
+            else:
+                true_d = float(sc.normalise(np.array([latent_from_text(q)]))[0])
+            calls = _gap_calls(bank, method, g["gap"])
+            rows.append({"gap": g["gap"], "calls": calls["search_calls"], "confirm_calls": calls["confirm_calls"],
+                         "true_d": true_d, "true_dev": abs(true_d - g["target"]),
+                         "truly_inside": bool(g["lo"] < true_d < g["hi"]), "dev": g["deviation"],
+                         "sd": g["chosen_d_sd"], "p_inside": g["p_inside"], "p_within": g["p_within"],
+                         "status": g["status"], "rounds": g["rounds"], "lo": g["lo"], "hi": g["hi"],
+                         "target": g["target"]})
         return rows
     finally:
-        con.close()
+        bank.close()

@@ -46,7 +46,7 @@ def gap_trace(bank: MemoryBank, method: str, gap: int) -> dict[str, Any]:
     return {"method": method, "gap": gap, "lo": row["lo"], "hi": row["hi"], "target": row["target"],
             "status": row["status"], "chosen": row["chosen"], "chosen_d": row["chosen_d"],
             "chosen_d_sd": row["chosen_d_sd"], "deviation": row["deviation"], "p_inside": row.get("p_inside"),
-            "p_within": row.get("p_within"), "tolerance": row.get("tolerance"), "p_max": row.get("p_max"),
+            "p_within": row.get("p_within"), "tolerance": row.get("tolerance"), "resolution": row.get("resolution"),
             "stop_reason": row.get("stop_reason"), "rounds_used": row["rounds"],
             "note": row["note"], "confirmation": _confirmation(bank, method, gap), "usage": bank.gap_usage(method, gap), "simulated": bool(bank.meta("simulated")),
             "rounds": rounds}

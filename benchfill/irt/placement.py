@@ -377,3 +377,106 @@ def interval_probabilities(scale: Scale, n_correct: np.ndarray, n_trials: np.nda
         hi = np.interp(edges_b[:, 1], grid, cdf, left=0.0, right=1.0)
         out[k] = np.clip(hi - lo, 0.0, 1.0)
     return out[keys.item_key]
+
+
+CHILD_GRID_STEP = 0.02  # b-grid spacing for a search's children, logits (interval edges exact to ~0.01 logit)
+CHILD_GRID_REACH = 12.0  # ... spanning the abilities +- this
+CHILD_DRAWS = 200  # ability draws behind each child's likelihood
+CHILD_MU_STEP = 0.1  # the children population's hyper-grid: mu every 0.1 logit over the b-grid's inner part,
+CHILD_LOG_SIGMA = np.log(np.geomspace(0.1, 4.0, 24))  # sigma log-uniform on [0.1, 4] logits
+
+
+@dataclass(frozen=True)
+class ChildPlacement:
+    """The children of one search placed together (:func:`place_children`).
+
+    Attributes:
+        b_mean, b_sd: (K,) posterior mean and SD of each child's b, logits.
+        d, d_sd: (K,) the same on the normalised axis (d_sd with the axis' ends uncertain, as :class:`Placement`).
+        probabilities: (K, M) posterior P(d in each interval).
+        population_mu, population_sigma: posterior means of the children's population N(mu, sigma), logits.
+    """
+
+    b_mean: np.ndarray
+    b_sd: np.ndarray
+    d: np.ndarray
+    d_sd: np.ndarray
+    probabilities: np.ndarray
+    population_mu: float
+    population_sigma: float
+
+
+def place_children(scale: Scale, n_correct: np.ndarray, n_trials: np.ndarray, bounds_d: np.ndarray,
+                   guessing: np.ndarray | float | None = None) -> ChildPlacement:
+    """Place the children of one search on ``scale``: their difficulties share an unknown population.
+
+    A rewriter aims its children at a gap, where the benchmark has few items: the benchmark's own population is
+    the wrong prior for them (it pulls each child out of the gap, and "P(inside)" comes out too low where the
+    children cluster in the gap and too high where they do not). Here the children's b are exchangeable draws from
+    N(mu, sigma) with (mu, sigma) unknown: a flat prior on mu, a log-uniform one on sigma in [0.1, 4] logits,
+    integrated over a grid (no plug-in estimate, so a sigma the data cannot pin down does not collapse to 0 and
+    overstate every probability). Each child's posterior is then the average over (mu, sigma) of its conditional
+    posterior, weighted by how well (mu, sigma) explains all the children's answers. The likelihood of a child
+    averages over the scale's ability draws.
+
+    Args:
+        scale: the benchmark's scale.
+        n_correct, n_trials: (K, J) counts of the K children, columns in ``scale.models`` order.
+        bounds_d: (M, 2) intervals [lo, hi] of d whose probabilities are wanted (see
+            :func:`interval_probabilities` on why the axis' ends cancel out of them).
+        guessing: as :func:`place_items`.
+    """
+    y, n, c = _validate(scale, n_correct, n_trials, guessing)
+    bounds = np.asarray(bounds_d, dtype=float).reshape(-1, 2)
+    K = y.shape[0]
+    if K == 0:
+        empty = np.zeros(0)
+        return ChildPlacement(empty, empty, empty, empty, np.zeros((0, len(bounds))), float("nan"), float("nan"))
+    draws = thin_draws(np.asarray(scale.theta_draws, dtype=float), CHILD_DRAWS)
+    lo, hi = draws.min() - CHILD_GRID_REACH, draws.max() + CHILD_GRID_REACH
+    grid = lo + CHILD_GRID_STEP * np.arange(int(np.ceil((hi - lo) / CHILD_GRID_STEP)) + 1)
+    # log of each child's likelihood averaged over the draws: the full likelihood, with its theta-dependent part
+    # (the draws are weighted by how well they explain the answers; likelihood keys would drop that part)
+    yf, wf = y.astype(float), (n - y).astype(float)
+    log_lik = np.full((K, grid.size), -np.inf)
+    with threadpool_limits(1):
+        for theta in draws:
+            X = theta[:, None] - grid[None, :]  # (J, G)
+            sp = fast.softplus(X)
+            ell = np.empty((K, grid.size))
+            for cv in np.unique(c):
+                rows = np.flatnonzero(c == cv)
+                log_right = X - sp if cv == 0 else np.logaddexp(np.log(cv), np.log1p(-cv) + X - sp)
+                log_wrong = -sp if cv == 0 else np.log1p(-cv) - sp
+                ell[rows] = yf[rows] @ log_right + wf[rows] @ log_wrong
+            log_lik = np.logaddexp(log_lik, ell)
+    lik = np.exp(log_lik - log_lik.max(1, keepdims=True))
+    # the hyper-grid: mu over the abilities' range +- 6 logits, sigma log-uniform
+    mus = np.arange(draws.min() - 6.0, draws.max() + 6.0 + 1e-9, CHILD_MU_STEP)
+    sig = np.exp(CHILD_LOG_SIGMA)
+    M_, S_ = np.meshgrid(mus, sig, indexing="ij")
+    mu_h, sd_h = M_.ravel(), S_.ravel()  # (H,)
+    z = (grid[None, :] - mu_h[:, None]) / sd_h[:, None]
+    prior = np.exp(-0.5 * z * z)
+    prior /= prior.sum(1, keepdims=True)  # (H, G): each hypothesis' population on the grid
+    marg = lik @ prior.T  # (K, H): each child's marginal likelihood under each hypothesis (up to its constant)
+    log_w = np.log(np.maximum(marg, 1e-300)).sum(0)
+    w = np.exp(log_w - log_w.max())
+    w /= w.sum()  # (H,) posterior of (mu, sigma)
+    keep = w > 1e-8 * w.max()  # hypotheses with a share worth computing
+    w, prior, marg = w[keep] / w[keep].sum(), prior[keep], marg[:, keep]
+    # each child's posterior on the grid: sum_h w_h lik prior_h / marg_ih
+    coef = w[None, :] / np.maximum(marg, 1e-300)  # (K, H')
+    post = lik * (coef @ prior)  # (K, G)
+    post /= post.sum(1, keepdims=True)
+    b_mean = post @ grid
+    b_sd = np.sqrt(np.maximum(post @ grid**2 - b_mean**2, 0.0))
+    cdf = np.cumsum(post, axis=1) - 0.5 * post  # the mass up to each node (half the node's own)
+    edges_b = scale.b_min + bounds * scale.span
+    probs = np.empty((K, len(bounds)))
+    for m, (a, b) in enumerate(edges_b):
+        fa = np.array([np.interp(a, grid, row, left=0.0, right=1.0) for row in cdf])
+        fb = np.array([np.interp(b, grid, row, left=0.0, right=1.0) for row in cdf])
+        probs[:, m] = np.clip(fb - fa, 0.0, 1.0)
+    d = scale.normalise(b_mean)
+    return ChildPlacement(b_mean, b_sd, d, scale.d_sd(d, b_sd), probs, float(w @ mu_h[keep]), float(w @ sd_h[keep]))

@@ -159,6 +159,12 @@ class SimConfig(BaseModel):
     invalid_rate: float = Field(default=0.1, ge=0, le=1)
     format_failure_rate: float = Field(default=0.0, ge=0, le=1)
     b_range: tuple[float, float] | None = None
+    # world = "replay" (benchfill/models/replay.py): the panel replays the real pass rates of the response file (a
+    # high-rollout matrix), the rewriter proposes its held-out real items; the benchmark is the rest, thinned to
+    # `rollouts` answers per cell (0: as given)
+    world: Literal["irt", "replay"] = "irt"
+    holdout: float = Field(default=0.2, gt=0, le=0.5)
+    rollouts: int = Field(default=8, ge=0, le=100_000)
 
     @model_validator(mode="after")
     def _range_ordered(self) -> "SimConfig":
@@ -179,10 +185,11 @@ class FillParams(BaseModel):
     tolerance: float = Field(default=0.01, ge=0, le=1)  # on the normalised axis d
     max_rounds: int = Field(default=8, ge=1, le=1000)
     # decisions by posterior probability (issue 23): a gap is "filled" when its chosen child's P(d inside the gap)
-    # reaches fill_level; the search stops when the best child's P(|d - t| <= tolerance) does, when no placement
-    # of this panel could do better, or after `patience` rounds that did not improve it
+    # reaches fill_level; the search stops when the best child's P(|d - t| <= tolerance) does, or after `patience`
+    # rounds in a row that raised it by less than min_gain (or at max_rounds)
     fill_level: float = Field(default=0.9, gt=0, lt=1)
     patience: int = Field(default=2, ge=1, le=1000)
+    min_gain: float = Field(default=0.02, ge=0, le=1)
     # confirmation: the chosen child answered confirm_step more times by every panel model, step after step, until
     # P(inside) reaches fill_level or each model has answered it confirm_max_rollouts times (0: no confirmation)
     confirm_step: int = Field(default=4, ge=1, le=1000)
