@@ -486,6 +486,8 @@ class GapFill(BaseModel):
     chosen_d: float | None = None
     chosen_d_sd: float | None = None
     deviation: float | None = None
+    chosen_gap_sd: float | None = None  # SD of d relative to the gap's edges (b's SD / the axis' span: the axis'
+    # ends move the edges with the item); chosen_d_sd is d's SD on the axis, the ends' uncertainty included
     p_inside: float | None = None  # posterior P(the chosen child's d lies inside [lo, hi])
     p_within: float | None = None  # posterior P(|d - target| <= tolerance)
     tolerance: float | None = None  # the tolerance the gap was judged at (configured, or the panel's resolution)

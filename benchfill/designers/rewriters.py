@@ -4,8 +4,10 @@ deviation and cost, read from the memory banks of fill runs.
 Each run folder holds ``memory.sqlite`` (:class:`~benchfill.memory.bank.MemoryBank`). From its ``gaps`` table
 (``method = 'benchfill'`` by default) a gap counts as
 
-- filled: ``status = 'filled'`` (a valid, placed child was chosen), with deviation |d - t| = ``deviation``;
-- within tolerance: filled and deviation <= the tolerance (the run's ``fill.tolerance``, else 0.01);
+- filled: ``status = 'filled'`` (the chosen child lies inside the gap at posterior P >= ``fill.fill_level``);
+- near: ``status = 'near'`` (a child was chosen below that level): finished, not filled;
+- within tolerance: a chosen child (filled or near) with deviation |d - t| = ``deviation`` <= the tolerance (the
+  run's ``fill.tolerance``, else 0.01);
 - open: still ``searching`` (an interrupted run): left out of the rates and reported.
 
 The run's rewriter comes from ``MemoryBank.meta("rewriter")`` or ``meta("config")["rewriter"]``, else from the most
@@ -89,13 +91,13 @@ def score_rewriters(runs: Sequence[RunGaps], tolerance: float | None = None) -> 
             tol = tolerance if tolerance is not None else run.tolerance
             for g in run.gaps:
                 cost += float(g.get("cost") or 0.0)
-                if g.get("status") not in ("filled", "unfilled"):
+                if g.get("status") not in ("filled", "near", "unfilled"):
                     n_open += 1
                     continue
                 finished.append(g)
                 rounds.append(float(g.get("rounds") or 0))
                 cands.append(float(g.get("n_candidates") or 0))
-                if g["status"] == "filled" and g.get("deviation") is not None:
+                if g["status"] in ("filled", "near") and g.get("deviation") is not None:
                     dev.append(float(g["deviation"]))
                     within += float(g["deviation"]) <= tol + 1e-12
         n = len(finished)

@@ -447,7 +447,7 @@ def finalize(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
               "cost": usage["cost"]}
     if best is None:
         ctx.bank.upsert_gap(state.method, state.gap_index, status="unfilled", chosen=None, chosen_d=None,
-                            chosen_d_sd=None, deviation=None, p_inside=None, p_within=None,
+                            chosen_d_sd=None, chosen_gap_sd=None, deviation=None, p_inside=None, p_within=None,
                             note=f"no valid, placed child after {state.round} rounds", **common)
         _emit(runtime, node="finalize", method=state.method, gap=state.gap_index, filled=False)
         return {"skipped": state.skipped + [(state.lo, state.hi)]}
@@ -458,8 +458,8 @@ def finalize(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     if design.get("note") and design["note"] not in note:
         note = "; ".join(x for x in (note, design["note"]) if x)
     ctx.bank.upsert_gap(state.method, state.gap_index, status="filled" if filled else "near", chosen=best["id"],
-                        chosen_d=best["d"], chosen_d_sd=best["d_sd"], deviation=best["deviation"],
-                        p_inside=best["p_inside"], p_within=best["p_within"], note=note, **common)
+                        chosen_d=best["d"], chosen_d_sd=best["d_sd"], chosen_gap_sd=best["b_sd"] / ctx.scale.span,
+                        deviation=best["deviation"], p_inside=best["p_inside"], p_within=best["p_within"], note=note, **common)
     ctx.bank.update_candidate(best["id"], status="chosen")
     _emit(runtime, node="finalize", method=state.method, gap=state.gap_index, filled=filled,
           deviation=best["deviation"], p_inside=best["p_inside"])

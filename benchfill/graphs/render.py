@@ -64,14 +64,15 @@ def fill_summary_table(summary: dict[str, Any]) -> Group:
     """Table 2 of the paper for this run: one row per gap and method, then the Top-3 reductions per method."""
     sim = " [SIMULATED]" if summary.get("simulated") else ""
     t = Table(title=f"BenchFill: chosen items{sim}", title_justify="left")
-    for col in ("method", "gap", "t", "d ± SD", "|d-t|", "P(inside)", "P(within tol)", "rounds", "calls", "cands",
-                "cost $", "status"):
+    for col in ("method", "gap", "t", "d ± SD", "SD vs gap", "|d-t|", "P(inside)", "P(within tol)", "rounds",
+                "calls", "cands", "cost $", "status"):
         t.add_column(col, justify="left" if col in ("method", "status") else "right")
     for method, m in summary["methods"].items():
         for g in m["gaps"]:
             chosen = "-" if g["chosen_d"] is None else f"{g['chosen_d']:.3f}±{g['chosen_d_sd']:.3f}"
             calls = f"{g.get('search_calls') or 0}+{g.get('confirm_calls') or 0}"
-            t.add_row(method, str(g["gap"]), _f(g["target"]), chosen, _f(g["deviation"]), _f(g.get("p_inside"), 2),
+            t.add_row(method, str(g["gap"]), _f(g["target"]), chosen, _f(g.get("chosen_gap_sd")), _f(g["deviation"]),
+                      _f(g.get("p_inside"), 2),
                       _f(g.get("p_within"), 2), str(g["rounds"]), calls, str(g["n_candidates"]),
                       f"{g['cost'] or 0:.3f}", g["status"])
     r = Table(title=f"Top-3 gap sum {summary['top3_before']:.3f} before{sim}", title_justify="left")
@@ -84,7 +85,9 @@ def fill_summary_table(summary: dict[str, Any]) -> Group:
     notes = [Text(f"{method} gap {g['gap']}: {g['note']}", "dim") for method, m in summary["methods"].items()
              for g in m["gaps"] if g.get("note")]
     legend = Text("filled: P(d inside the gap) >= the level [fill] fill_level; near: a child was chosen below it; "
-                  "calls: search + confirmation panel calls", "dim")
+                  "d ± SD: on the axis, its ends' uncertainty included; SD vs gap: relative to the gap's edges (the "
+                  "ends move them with the item), what P(inside) reads; calls: search + confirmation panel calls",
+                  "dim")
     return Group(t, legend, *notes, r)
 
 

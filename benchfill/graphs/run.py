@@ -339,7 +339,7 @@ def summarise(bank: MemoryBank, d: np.ndarray, n_gaps: int, simulated: bool, dia
 
 
 CHOSEN = ("filled", "near")  # a child was chosen: "filled" at P(inside) >= fill_level, else "near"
-GAP_FIELDS = ("gap", "lo", "hi", "target", "status", "chosen", "chosen_d", "chosen_d_sd", "deviation", "p_inside",
+GAP_FIELDS = ("gap", "lo", "hi", "target", "status", "chosen", "chosen_d", "chosen_d_sd", "chosen_gap_sd", "deviation", "p_inside",
               "p_within", "tolerance", "resolution", "children_mu", "children_sigma", "rounds", "n_candidates", "cost", "stop_reason", "note")
 
 

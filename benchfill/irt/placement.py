@@ -379,11 +379,13 @@ def interval_probabilities(scale: Scale, n_correct: np.ndarray, n_trials: np.nda
     return out[keys.item_key]
 
 
-CHILD_GRID_STEP = 0.02  # b-grid spacing for a search's children, logits (interval edges exact to ~0.01 logit)
+CHILD_GRID_STEP = 0.04  # b-grid spacing for a search's children, logits (>= 2.5 nodes per SD of the narrowest
+# posterior a 12-model x 32-rollout child has; the interval edges are read off the CDF by linear interpolation)
 CHILD_GRID_REACH = 12.0  # ... spanning the abilities +- this
 CHILD_DRAWS = 200  # ability draws behind each child's likelihood
-CHILD_MU_STEP = 0.1  # the children population's hyper-grid: mu every 0.1 logit over the b-grid's inner part,
-CHILD_LOG_SIGMA = np.log(np.geomspace(0.1, 4.0, 24))  # sigma log-uniform on [0.1, 4] logits
+CHILD_SIGMA_RANGE = (0.1, 4.0)  # the children population's sigma: log-uniform on this range, logits
+HYPER_POINTS = (41, 21)  # refined hyper-grid: mu and log sigma nodes over +- 6 posterior SDs
+HYPER_PASSES = 3  # a coarse pass, then refinements around the posterior of (mu, log sigma)
 
 
 @dataclass(frozen=True)
@@ -435,38 +437,24 @@ def place_children(scale: Scale, n_correct: np.ndarray, n_trials: np.ndarray, bo
     draws = thin_draws(np.asarray(scale.theta_draws, dtype=float), CHILD_DRAWS)
     lo, hi = draws.min() - CHILD_GRID_REACH, draws.max() + CHILD_GRID_REACH
     grid = lo + CHILD_GRID_STEP * np.arange(int(np.ceil((hi - lo) / CHILD_GRID_STEP)) + 1)
-    # log of each child's likelihood averaged over the draws: the full likelihood, with its theta-dependent part
-    # (the draws are weighted by how well they explain the answers; likelihood keys would drop that part)
-    yf, wf = y.astype(float), (n - y).astype(float)
-    log_lik = np.full((K, grid.size), -np.inf)
-    with threadpool_limits(1):
-        for theta in draws:
-            X = theta[:, None] - grid[None, :]  # (J, G)
-            sp = fast.softplus(X)
-            ell = np.empty((K, grid.size))
-            for cv in np.unique(c):
-                rows = np.flatnonzero(c == cv)
-                log_right = X - sp if cv == 0 else np.logaddexp(np.log(cv), np.log1p(-cv) + X - sp)
-                log_wrong = -sp if cv == 0 else np.log1p(-cv) - sp
-                ell[rows] = yf[rows] @ log_right + wf[rows] @ log_wrong
-            log_lik = np.logaddexp(log_lik, ell)
+    log_lik = _draw_averaged_log_likelihood(y, n, c, draws, grid)  # (K, G)
     lik = np.exp(log_lik - log_lik.max(1, keepdims=True))
-    # the hyper-grid: mu over the abilities' range +- 6 logits, sigma log-uniform
-    mus = np.arange(draws.min() - 6.0, draws.max() + 6.0 + 1e-9, CHILD_MU_STEP)
-    sig = np.exp(CHILD_LOG_SIGMA)
-    M_, S_ = np.meshgrid(mus, sig, indexing="ij")
-    mu_h, sd_h = M_.ravel(), S_.ravel()  # (H,)
-    z = (grid[None, :] - mu_h[:, None]) / sd_h[:, None]
-    prior = np.exp(-0.5 * z * z)
-    prior /= prior.sum(1, keepdims=True)  # (H, G): each hypothesis' population on the grid
-    marg = lik @ prior.T  # (K, H): each child's marginal likelihood under each hypothesis (up to its constant)
-    log_w = np.log(np.maximum(marg, 1e-300)).sum(0)
-    w = np.exp(log_w - log_w.max())
-    w /= w.sum()  # (H,) posterior of (mu, sigma)
-    keep = w > 1e-8 * w.max()  # hypotheses with a share worth computing
-    w, prior, marg = w[keep] / w[keep].sum(), prior[keep], marg[:, keep]
+    log_lo, log_hi = np.log(CHILD_SIGMA_RANGE[0]), np.log(CHILD_SIGMA_RANGE[1])
+    mus = np.arange(draws.min() - 6.0, draws.max() + 6.0 + 1e-9, 0.25)  # coarse first pass
+    log_sigmas = np.linspace(log_lo, log_hi, 24)
+    for _ in range(HYPER_PASSES):
+        mu_h, ls_h, w, prior, marg = _hyper_posterior(lik, grid, mus, log_sigmas)
+        m_mu, m_ls = w @ mu_h, w @ ls_h
+        s_mu = np.sqrt(max(w @ (mu_h - m_mu) ** 2, 1e-8))
+        s_ls = np.sqrt(max(w @ (ls_h - m_ls) ** 2, 1e-8))
+        # refine around the posterior: +- 6 SDs (at least the last grid's step, so a posterior on one node widens)
+        step_mu = mus[1] - mus[0] if len(mus) > 1 else 0.25
+        step_ls = log_sigmas[1] - log_sigmas[0] if len(log_sigmas) > 1 else 0.1
+        half_mu, half_ls = 6 * max(s_mu, step_mu / 2), 6 * max(s_ls, step_ls / 2)
+        mus = np.linspace(m_mu - half_mu, m_mu + half_mu, HYPER_POINTS[0])
+        log_sigmas = np.linspace(max(log_lo, m_ls - half_ls), min(log_hi, m_ls + half_ls), HYPER_POINTS[1])
     # each child's posterior on the grid: sum_h w_h lik prior_h / marg_ih
-    coef = w[None, :] / np.maximum(marg, 1e-300)  # (K, H')
+    coef = w[None, :] / np.maximum(marg, 1e-300)  # (K, H)
     post = lik * (coef @ prior)  # (K, G)
     post /= post.sum(1, keepdims=True)
     b_mean = post @ grid
@@ -479,4 +467,45 @@ def place_children(scale: Scale, n_correct: np.ndarray, n_trials: np.ndarray, bo
         fb = np.array([np.interp(b, grid, row, left=0.0, right=1.0) for row in cdf])
         probs[:, m] = np.clip(fb - fa, 0.0, 1.0)
     d = scale.normalise(b_mean)
-    return ChildPlacement(b_mean, b_sd, d, scale.d_sd(d, b_sd), probs, float(w @ mu_h[keep]), float(w @ sd_h[keep]))
+    return ChildPlacement(b_mean, b_sd, d, scale.d_sd(d, b_sd), probs, float(m_mu), float(w @ np.exp(ls_h)))
+
+
+def _draw_averaged_log_likelihood(y: np.ndarray, n: np.ndarray, c: np.ndarray, draws: np.ndarray,
+                                  grid: np.ndarray, batch: int = 25) -> np.ndarray:
+    """(K, G) log of each row's likelihood averaged over the (S, J) ability draws, on the b-grid. The full
+    likelihood, its theta-dependent part included: the draws are weighted by how well they explain the answers
+    (likelihood keys, which drop that part, would not do here)."""
+    yf, wf = y.astype(float), (n - y).astype(float)
+    parts = []
+    with threadpool_limits(1):
+        for start in range(0, len(draws), batch):
+            X = draws[start : start + batch, :, None] - grid[None, None, :]  # (B, J, G)
+            sp = fast.softplus(X)
+            ell = np.empty((X.shape[0], len(y), grid.size))
+            for cv in np.unique(c):
+                rows = np.flatnonzero(c == cv)
+                log_right = X - sp if cv == 0 else np.logaddexp(np.log(cv), np.log1p(-cv) + X - sp)
+                log_wrong = -sp if cv == 0 else np.log1p(-cv) - sp
+                ell[:, rows] = np.einsum("kj,bjg->bkg", yf[rows], log_right) + np.einsum(
+                    "kj,bjg->bkg", wf[rows], log_wrong)
+            top = ell.max(0)
+            parts.append((top, np.exp(ell - top).sum(0)))
+    top = np.max([t for t, _ in parts], axis=0)
+    total = sum(s * np.exp(t - top) for t, s in parts)
+    return top + np.log(total / len(draws))
+
+
+def _hyper_posterior(lik: np.ndarray, grid: np.ndarray, mus: np.ndarray, log_sigmas: np.ndarray):
+    """The posterior of the children's population N(mu, sigma) over a grid of (mu, log sigma) (flat on both:
+    log-uniform in sigma), from each child's likelihood ``lik`` (K, G) on ``grid``. Returns the hypotheses' mu and
+    log sigma (H,), their weights (H,), their populations on the grid (H, G) and each child's marginal likelihood
+    under each (K, H)."""
+    M_, L_ = np.meshgrid(mus, log_sigmas, indexing="ij")
+    mu_h, ls_h = M_.ravel(), L_.ravel()
+    z = (grid[None, :] - mu_h[:, None]) / np.exp(ls_h)[:, None]
+    prior = np.exp(-0.5 * z * z)
+    prior /= np.maximum(prior.sum(1, keepdims=True), 1e-300)
+    marg = lik @ prior.T
+    log_w = np.log(np.maximum(marg, 1e-300)).sum(0)
+    w = np.exp(log_w - log_w.max())
+    return mu_h, ls_h, w / w.sum(), prior, marg

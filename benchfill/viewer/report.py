@@ -161,11 +161,11 @@ function axis(label, ds, gaps, added){
   box.append(axis('before',D.diagnosis.d,gaps,[]));
   box.append(axis('after',D.diagnosis.d.concat(bf.map(a=>a.d)),[],bf));
   const t=el('table',{id:'gap-summary'});
-  t.append(el('tr',{},...['method','gap','interval','target','chosen','d ± SD','|d - t|','rounds','candidates','cost $','status'].map(h=>el('th',{},h))));
+  t.append(el('tr',{},...['method','gap','interval','target','chosen','d ± SD','|d - t|','P(inside)','P(within tol)','rounds','candidates','cost $','status'].map(h=>el('th',{},h))));
   for(const [m,traces] of Object.entries(D.methods)) for(const g of traces){
     t.append(el('tr',{},el('td',{class:'l'},m),el('td',{},g.gap),el('td',{},`[${f(g.lo)}, ${f(g.hi)}]`),el('td',{},f(g.target)),
       el('td',{class:'l'},g.chosen==null?'-':el('a',{href:`#cand-${m}-${g.chosen}`},g.chosen)),el('td',{},g.chosen==null?'-':`${f(g.chosen_d)} ± ${f(g.chosen_d_sd)}`),
-      el('td',{},f(g.deviation)),el('td',{},g.rounds_used),el('td',{},g.rounds.reduce((a,r)=>a+r.children.length,0)),el('td',{},f(g.usage.cost,4)),el('td',{class:'l'},g.status)));
+      el('td',{},f(g.deviation)),el('td',{},f(g.p_inside,2)),el('td',{},f(g.p_within,2)),el('td',{},g.rounds_used),el('td',{},g.rounds.reduce((a,r)=>a+r.children.length,0)),el('td',{},f(g.usage.cost,4)),el('td',{class:'l'},g.status)));
   }
   document.getElementById('gaptable').append(t);
 })();
@@ -195,7 +195,7 @@ function childCard(m, g, c){
   const card=el('div',{class:'card child'+(chosen?' chosen':''),id:`cand-${m}-${c.id}`,'data-candidate':c.id,'data-chosen':chosen?'true':'false'});
   const head=el('div',{},el('b',{},c.id),el('span',{class:'badge b-'+(c.valid?'placed':'invalid')},c.status));
   if(chosen) head.append(el('span',{class:'badge b-chosen'},'chosen'));
-  if(c.d!=null) head.append(`  d = ${f(c.d)} ± ${f(c.d_sd)}, 90 % [${f(c.d-Z90*c.d_sd)}, ${f(c.d+Z90*c.d_sd)}], |d - t| = ${f(c.deviation)}`);
+  if(c.d!=null) head.append(`  d = ${f(c.d)} ± ${f(c.d_sd)}, 90 % [${f(c.d-Z90*c.d_sd)}, ${f(c.d+Z90*c.d_sd)}], |d - t| = ${f(c.deviation)}`+(c.p_inside==null?'':`, P(inside) ${f(c.p_inside,2)}, P(within tol) ${f(c.p_within,2)}`));
   card.append(head);
   card.append(el('div',{class:'muted'},'question'),el('pre',{class:'text question'},tex(c.question)));
   card.append(el('div',{class:'muted'},'reference answer'),el('pre',{class:'text answer'},tex(c.answer)));
@@ -213,7 +213,7 @@ function childCard(m, g, c){
   for(const [m,traces] of Object.entries(D.methods)) for(const g of traces){
     const sec=el('section',{class:'gap',id:`gap-${m}-${g.gap}`,'data-method':m,'data-gap':g.gap});
     sec.append(el('h3',{},`${m} gap ${g.gap}: [${f(g.lo)}, ${f(g.hi)}], target ${f(g.target)}, ${g.status}`));
-    sec.append(el('p',{},g.chosen==null?'no child chosen':`chosen ${g.chosen}: d = ${f(g.chosen_d)} ± ${f(g.chosen_d_sd)}, |d - t| = ${f(g.deviation)}; `,
+    sec.append(el('p',{},g.chosen==null?'no child chosen':`chosen ${g.chosen}: d = ${f(g.chosen_d)} ± ${f(g.chosen_d_sd)}, |d - t| = ${f(g.deviation)}, P(inside) = ${f(g.p_inside,2)}, P(|d - t| <= ${f(g.tolerance)}) = ${f(g.p_within,2)}; ${g.stop_reason?'stopped: '+g.stop_reason+'; ':''}${g.note?g.note+'; ':''}`,
       `${g.rounds_used} round(s); calls ${g.usage.calls}, tokens ${g.usage.tokens}, cost $${f(g.usage.cost,4)}`, g.note?` — ${g.note}`:''));
     for(const r of g.rounds){
       const det=el('details',{class:'round',open:''},el('summary',{},`round ${r.round} (calls ${r.usage.calls}, cost $${f(r.usage.cost,4)})`));
@@ -239,7 +239,7 @@ function queueCard(q){
   const v=q.verdict||{};
   card.append(el('div',{},el('b',{},'judge '),`${q.judge||'-'}: ${q.valid?'valid':'invalid'}${v.reason?' — '+v.reason:''}`));
   const p=q.placement;
-  card.append(el('div',{},el('b',{},'placement '),`d = ${f(p.d)} ± ${f(p.d_sd)}, 90 % interval [${f(p.d_lo)}, ${f(p.d_hi)}]; target ${f(p.target)} ± ${f(p.tolerance)} in gap [${f(p.lo)}, ${f(p.hi)}]; |d - t| = ${f(p.deviation)}`));
+  card.append(el('div',{},el('b',{},'placement '),`d = ${f(p.d)} ± ${f(p.d_sd)}, 90 % interval [${f(p.d_lo)}, ${f(p.d_hi)}]; target ${f(p.target)} ± ${f(p.tolerance)} in gap [${f(p.lo)}, ${f(p.hi)}]; |d - t| = ${f(p.deviation)}; P(inside the gap) = ${f(p.p_inside,2)}, P(within tolerance) = ${f(p.p_within,2)}`));
   card.append(placement({d:p.d,d_sd:p.d_sd},{lo:p.lo,hi:p.hi,target:p.target}));
   card.append(countsTable(q.counts));
   const votes=el('div',{class:'votes','data-role':'votes'});
