@@ -366,6 +366,16 @@ class Export(BaseModel):
     original: int
     added: int
     new_items: list[str]
+    not_exported: dict[str, int] = {}  # chosen items left out, by review status (pending, blocked, rejected)
+
+    def why_not(self, run_dir: str | Path) -> str:
+        """One line on the chosen items that were left out and how to get them in ("" when none were)."""
+        if not self.not_exported:
+            return ""
+        parts = ", ".join(f"{n} {status}" for status, n in sorted(self.not_exported.items()))
+        return (f"{sum(self.not_exported.values())} chosen item(s) not exported ({parts}): an item is exported once "
+                f"accepted by review (3 approvals and no standing rejection: benchfill review {run_dir}), or with "
+                f"--include-pending")
 
 
 def export(run_dir: str | Path, out: str | Path, *, hf: str | Path | None = None,
@@ -379,9 +389,15 @@ def export(run_dir: str | Path, out: str | Path, *, hf: str | Path | None = None
     from benchfill.errors import InputError
     from benchfill.graphs.trace import filled_benchmark
 
+    from benchfill.graphs.trace import review_queue
+
     bank = _open_bank(run_dir)
     try:
         rows, added = filled_benchmark(bank, include_pending=include_pending)
+        left: dict[str, int] = {}
+        for q in review_queue(bank):
+            if q["status"] != "accepted" and not (include_pending and q["status"] == "pending"):
+                left[q["status"]] = left.get(q["status"], 0) + 1
     finally:
         bank.close()
     write_items(Path(out), rows)
@@ -397,7 +413,7 @@ def export(run_dir: str | Path, out: str | Path, *, hf: str | Path | None = None
             r["choices"] = r.get("choices") or []
         datasets.Dataset.from_list(records).save_to_disk(str(hf))
     return Export(out=str(out), hf=None if hf is None else str(hf), original=len(rows) - added, added=added,
-                  new_items=[r.id for r in rows[len(rows) - added:]])
+                  new_items=[r.id for r in rows[len(rows) - added:]], not_exported=left)
 
 
 class ReviewQueue(BaseModel):

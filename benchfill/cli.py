@@ -20,7 +20,8 @@ from benchfill.cli_support import (
 )
 from benchfill.errors import InputError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmarks as empirical measures over difficulty.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmarks as empirical measures over difficulty.",
+                  context_settings={"help_option_names": ["-h", "--help"]})
 
 
 def _print_version(value: bool) -> None:
@@ -144,6 +145,8 @@ def diagnose(
     out = result_console(json_out)
     default_json = Path("runs") / _stem(responses) / "diagnosis.json"
     files_json = default_json if json_out is None or is_stdout(json_out) else Path(json_out)
+    if json_out is not None and not is_stdout(json_out) and (files_json.is_dir() or json_out.endswith(("/", "\\"))):
+        files_json = files_json / "diagnosis.json"  # a folder: the JSON, picture and scale go inside it
     if json_out is None and default_json.exists() and not force:
         raise InputError(str(default_json), "exists (an earlier diagnose of this file): pass --force to overwrite "
                                             "it, or --json PATH to write elsewhere")
@@ -413,6 +416,8 @@ def export(
     res = api.export(run_dir, out, hf=hf, include_pending=include_pending)
     con = result_console(json_out)
     con.print(f"wrote {out}: {res.original} original + {res.added} new item(s)", markup=False, highlight=False)
+    if res.why_not(run_dir):
+        con.print(res.why_not(run_dir), markup=False, highlight=False, soft_wrap=True)
     if hf is not None:
         con.print(f"wrote Hugging Face dataset to {hf}", markup=False, highlight=False)
     write_json_result(json_out, res, note=con)

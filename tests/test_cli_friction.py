@@ -86,6 +86,17 @@ def test_json_into_a_missing_folder_creates_it(small, tmp_path):
     assert target.exists() and target.with_suffix(".png").exists() and target.with_suffix(".scale.npz").exists()
 
 
+def test_json_into_an_existing_folder_writes_everything_inside_it(small, tmp_path):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    res = run("diagnose", small, "--sampler", "map", "--json", folder)
+    assert res.exit_code == 0, res.output
+    for name in ("diagnosis.json", "diagnosis.png", "diagnosis.scale.npz"):
+        assert (folder / name).exists(), name
+    assert not (tmp_path / "out.png").exists() and "overwrote" not in flat(res.output)
+    assert str(folder / "diagnosis.json") in flat(res.output)
+
+
 def test_json_to_stdout_is_parseable_and_tables_go_to_stderr(small, tmp_path):
     proc = cli("diagnose", small, "--sampler", "map", "--json", "-", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -436,3 +447,9 @@ def test_tables_of_diagnose_evaluate_and_designers_print_names_literally(tmp_pat
                                                  "detected": True}]}))
     text = con.export_text()
     assert "d[/x]" in text and "a[/INST]" in text
+
+
+def test_dash_h_is_help_everywhere():
+    for args in ((), ("fill",), ("diagnose",), ("designers",), ("designers", "run")):
+        res = run(*args, "-h")
+        assert res.exit_code == 0 and "Usage" in res.output, (args, res.output[-300:])

@@ -184,6 +184,7 @@ def test_trace_review_export(finished_run, tmp_path):
     jsonl = tmp_path / "filled.jsonl"
     res = runner.invoke(app, ["export", str(out), "--out", str(jsonl)])
     assert res.exit_code == 0 and "+ 0 new" in flat(res.output)  # two approvals are not enough
+    assert "chosen item(s) not exported (" in flat(res.output) and "--include-pending" in flat(res.output)
     runner.invoke(app, ["review", str(out), "--approve", chosen, "--reviewer", "ann"])  # same reviewer twice
     assert "+ 0 new" in flat(runner.invoke(app, ["export", str(out), "--out", str(jsonl)]).output)
     assert runner.invoke(app, ["review", str(out), "--approve", chosen, "--reviewer", "cy"]).exit_code == 0

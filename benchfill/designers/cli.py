@@ -17,7 +17,7 @@ import typer
 
 from benchfill.cli_support import console, friendly_errors, result_console, write_json_result
 
-designers_app = typer.Typer(add_completion=False, no_args_is_help=True,
+designers_app = typer.Typer(add_completion=False, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]},
                             help="Evaluate LLMs as benchmark designers (BenchBench): domain card, quota-controlled "
                                  "suites, panel validation, designer leaderboard; rewriters of fill runs too.")
 
