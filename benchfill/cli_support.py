@@ -126,21 +126,38 @@ def quiet_libraries() -> None:
 _MAIN_PID = os.getpid()
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler, ``kill``, a closed session): stops the command like Ctrl-C, exit 143."""
+
+
+TERMINATED_EXIT = 143  # 128 + SIGTERM, what a shell reports for a process the signal ended
+INTERRUPTED_EXIT = 130  # 128 + SIGINT
+
+
 def _on_sigint(signum, frame) -> None:  # pragma: no cover - exercised in a subprocess by the tests
     if os.getpid() != _MAIN_PID:
-        # a forked worker (the IRT chains): stay quiet, the parent stops the pool; no ForkPoolWorker traceback
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if signum == signal.SIGTERM:  # a forked worker asked to stop (the pool's terminate() does so): it ends
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        # Ctrl-C reaches a forked worker (the IRT chains) too: it stays quiet, the parent stops the pool; no
+        # ForkPoolWorker traceback
+        signal.signal(signum, signal.SIG_IGN)
         return
-    raise KeyboardInterrupt
+    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
 def install_sigint_handler() -> None:
-    """Ctrl-C raises KeyboardInterrupt in the command's process only; forked workers inherit a handler that ignores
-    it (the terminal sends SIGINT to the whole process group), so they print no tracebacks."""
+    """Ctrl-C and SIGTERM raise KeyboardInterrupt (SIGTERM: its subclass :class:`Terminated`) in the command's
+    process only, so every ``finally`` runs (shared arrays unlinked, workers stopped, nothing partial written);
+    forked workers inherit a handler that ignores them (the terminal sends SIGINT to the whole process group), so
+    they print no tracebacks, and they end with the command (:func:`benchfill.forking.die_with_parent`)."""
     global _MAIN_PID
     _MAIN_PID = os.getpid()
     try:
         signal.signal(signal.SIGINT, _on_sigint)
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):  # a command with its own handler keeps it
+            signal.signal(signal.SIGTERM, _on_sigint)
     except ValueError:  # pragma: no cover - not the main thread (an embedding application)
         pass
 
@@ -243,10 +260,11 @@ def friendly_errors(fn: F | None = None, *, resume_hint: str | None = None):
                 err_console.print(f"[bold red]error:[/] {escape(str(exc.filename))}: {escape(exc.strerror or str(exc))}",
                                   highlight=False, soft_wrap=True)
                 raise typer.Exit(2) from None
-            except KeyboardInterrupt:
-                msg = "interrupted" + (f": {resume_hint}" if resume_hint else "")
+            except KeyboardInterrupt as exc:
+                stopped = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+                msg = stopped + (f": {resume_hint}" if resume_hint else "")
                 err_console.print(msg, markup=False, highlight=False, soft_wrap=True)
-                raise typer.Exit(130) from None
+                raise typer.Exit(TERMINATED_EXIT if isinstance(exc, Terminated) else INTERRUPTED_EXIT) from None
 
         return wrapper  # type: ignore[return-value]
 

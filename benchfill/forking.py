@@ -35,6 +35,28 @@ def start_method() -> str | None:
     return "forkserver" if "forkserver" in methods else None
 
 
+def die_with_parent(parent: int | None = None, signum: int | None = None) -> None:  # pragma: no cover - a child
+    """In a child process: nothing outlives its parent. On Linux the kernel is asked to send ``signum`` (default
+    SIGKILL) when the parent ends, however it ends (``prctl(PR_SET_PDEATHSIG)``; it survives exec). ``parent``: the
+    PID the child expects as its parent; if the parent already ended before the request (the race between fork and
+    prctl), the child ends now. Elsewhere a no-op; the callers' pipes still see EOF when the parent ends."""
+    import signal
+
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signum or signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if parent is not None and os.getppid() != parent:
+        os._exit(0)
+
+
+def _forked_child(fn: Callable[[Any], Any], part: Any, conn: Any, parent: int) -> None:  # pragma: no cover
+    die_with_parent(parent)
+    send_result(fn, part, conn)
+
+
 def send_result(fn: Callable[[Any], Any], part: Any, conn: Any) -> None:  # pragma: no cover - runs in a child
     """In a forked child: send ``(True, fn(part))`` to the parent, or ``(False, error)``; the parent then does the
     work itself, so its own error, if any, reaches the user the usual way."""
@@ -58,7 +80,7 @@ def forked_map(fn: Callable[[P], R], parts: Sequence[P]) -> list[R]:
     kids = []
     for part in parts[1:]:
         recv, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=send_result, args=(fn, part, send), daemon=True)
+        proc = ctx.Process(target=_forked_child, args=(fn, part, send, os.getpid()), daemon=True)
         proc.start()
         send.close()
         kids.append((proc, recv))

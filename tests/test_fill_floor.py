@@ -51,6 +51,12 @@ def test_a_gap_the_labelling_panel_cannot_resolve_is_refused_unless_asked(tmp_pa
     line = " ".join(res.output.split())
     assert "gap 1" in line and "resolution floor" in line and "--allow-floor-gaps" in line
     assert len(res.output.strip().splitlines()) <= 3  # one message, no traceback
+    import sqlite3
+
+    con = sqlite3.connect(tmp_path / "run1" / "memory.sqlite")  # refused before any model was called
+    assert "calls" not in {t for (t,) in con.execute("select name from sqlite_master")} or \
+        con.execute("select count(*) from calls").fetchone()[0] == 0
+    con.close()
     # asked for, the same gap is searched
     res = fill(items, resp, once, tmp_path / "run2", "--allow-floor-gaps")
     assert res.exit_code == 0, res.output

@@ -6,6 +6,7 @@ the start of a command has little to import besides matplotlib.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -109,9 +110,14 @@ def write_picture(pic: Picture, path: str | Path) -> Path:
 
 # ------------------------------------------------------------------------------------------------ the painter
 
-def _paint(conn) -> None:  # pragma: no cover - runs in the painter process (tested through Painter)
+def _paint(conn, parent_end, parent: int) -> None:  # pragma: no cover - runs in the painter process
     import signal
 
+    from benchfill.forking import die_with_parent
+
+    # the parent's end of the pipe, inherited at fork, is closed here: a parent that dies is then an EOF
+    parent_end.close()
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops this process
     from matplotlib.backends import backend_agg  # noqa: F401  (the point: imported while the parent works)
     from matplotlib.figure import Figure  # noqa: F401
@@ -144,7 +150,8 @@ class Painter:
             return
         ctx = mp.get_context("fork")
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_paint, args=(child,), name="benchfill-painter", daemon=True)
+        self._proc = ctx.Process(target=_paint, args=(child, self._conn, os.getpid()), name="benchfill-painter",
+                                 daemon=True)
         try:
             self._proc.start()
         except OSError:  # pragma: no cover - e.g. out of processes: draw in this process

@@ -652,11 +652,16 @@ def run_search(ctx: FillContext, checkpoint_path: str | Path, initial: FillState
     config = {"configurable": {"thread_id": initial.method}, "recursion_limit": 10_000}
     try:
         snapshot = graph.get_state(config)
-        if snapshot.values and not snapshot.next:  # finished before
+        if snapshot.values and FillState(**snapshot.values).finished:  # finished before
             return FillState(**snapshot.values)
+        start = config
+        if resume and snapshot.values and not snapshot.next:
+            # stopped inside a node by a signal (Ctrl-C, SIGTERM): LangGraph may record the node as done with no
+            # next step; resume from the last checkpoint that has one (that node re-runs, served by the call cache)
+            start = next((h.config for h in graph.get_state_history(config) if h.next), config)
         # durability="sync": each checkpoint is on disk before the next node starts, so a kill -9 loses at most the
         # node that was running (which then re-runs from its start, served by the call cache).
-        for event in graph.stream(None if (resume and snapshot.values) else initial, config, context=ctx,
+        for event in graph.stream(None if (resume and snapshot.values) else initial, start, context=ctx,
                                   stream_mode="custom", durability="sync"):
             if on_event is not None:
                 on_event(event)

@@ -52,7 +52,7 @@ from typing import Callable
 import numpy as np
 
 from benchfill.data import ResponseMatrix
-from benchfill.forking import available_cores, start_method
+from benchfill.forking import available_cores, die_with_parent, start_method
 from benchfill.irt.fit import register_sampler
 from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings
 from benchfill.irt.prior import Population
@@ -1155,6 +1155,34 @@ def _chain_split(settings: SamplerSettings) -> list[SamplerSettings]:
     return [replace(settings, chains=c) for c in sizes]
 
 
+SHARED_PREFIX = "benchfill-b-"
+
+
+def sweep_orphans(folder: str) -> list[str]:
+    """Remove this project's shared arrays (``benchfill-b-<pid>-*``) whose owner process no longer exists; returns
+    the paths removed."""
+    import glob
+
+    removed = []
+    for path in glob.glob(os.path.join(folder, SHARED_PREFIX + "*")):
+        owner = os.path.basename(path)[len(SHARED_PREFIX):].split("-", 1)[0]
+        if not owner.isdigit():
+            continue
+        try:
+            os.kill(int(owner), 0)
+            continue  # alive (or not ours to signal): keep it
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except OSError:  # pragma: no cover - removed by someone else meanwhile
+            pass
+    return removed
+
+
 class _SharedFile:
     """A (C, S, I) output array in a memory-mapped file under /dev/shm (or the temp dir), so that worker
     processes, forked or started by a fork server, write their chains in place: no copy back through a pipe,
@@ -1165,7 +1193,9 @@ class _SharedFile:
         import tempfile
 
         folder = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-        fd, self.path = tempfile.mkstemp(prefix="benchfill-b-", dir=folder)
+        sweep_orphans(folder or tempfile.gettempdir())
+        # the owner's PID is in the name: a file whose owner is gone (killed with -9) is swept by the next fit
+        fd, self.path = tempfile.mkstemp(prefix=f"{SHARED_PREFIX}{os.getpid()}-", dir=folder)
         self.shape, self.dtype = shape, np.dtype(dtype)
         nbytes = max(int(np.prod(shape)) * self.dtype.itemsize, 1)
         try:
@@ -1251,12 +1281,12 @@ def _run_parallel(job: _ChainJob, parts: list[SamplerSettings], out: _SharedFile
     try:
         if method == "fork":
             _FORKED = (job, out.array)
-            with mp.get_context("fork").Pool(len(parts)) as pool:
+            with mp.get_context("fork").Pool(len(parts), initializer=die_with_parent) as pool:
                 return _wait(pool.map_async(_forked_run, [(p, int(c0)) for p, c0 in zip(parts, offsets)]))
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["benchfill.irt.fast"])
         tasks = [(job, p, int(c0), out.path, out.shape, out.dtype.str) for p, c0 in zip(parts, offsets)]
-        with ctx.Pool(len(parts)) as pool:
+        with ctx.Pool(len(parts), initializer=die_with_parent) as pool:
             return _wait(pool.map_async(_server_run, tasks))
     except Exception as exc:  # pragma: no cover - e.g. a sandbox without fork
         log.warning("fast IRT: parallel chains failed (%s); sampling in one process", exc)

@@ -146,13 +146,10 @@ class LocalServer:
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: the child gets SIGTERM when the thread that started it ends (a parent killed with -9 included)."""
-    try:
-        import ctypes
+    """Linux: the server gets SIGTERM when the thread that started it ends (a parent killed with -9 included)."""
+    from benchfill.forking import die_with_parent
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
+    die_with_parent(signum=signal.SIGTERM)
 
 
 def server_command(model_path: Path, port: int, *, alias: str = DEFAULT_ALIAS, n_ctx: int = 2048,

@@ -41,6 +41,7 @@ litellm (``hosted_vllm/...`` with ``api_base``, or ``api_bases`` for a Router) â
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -168,8 +169,15 @@ class _Engine:
         return result
 
 
-def _serve(conn: Any, model: str, args: dict[str, Any]) -> None:  # pragma: no cover - runs in the subprocess
-    """The engine subprocess: answer ``("defaults",)`` and ``("run", ...)`` messages until ``("stop",)``."""
+def _serve(conn: Any, model: str, args: dict[str, Any], parent: int | None = None
+           ) -> None:  # pragma: no cover - runs in the subprocess
+    """The engine subprocess: answer ``("defaults",)`` and ``("run", ...)`` messages until ``("stop",)``. It ends
+    with its parent, however the parent ends (SIGTERM: vLLM's own engine processes get to stop with it)."""
+    import signal
+
+    from benchfill.forking import die_with_parent
+
+    die_with_parent(parent, signal.SIGTERM)
     try:
         engine = _Engine(model, args)
     except BaseException as exc:
@@ -199,7 +207,7 @@ class _EngineProcess:
         self._conn, child = ctx.Pipe()
         # not a daemon: vLLM starts processes of its own (the engine core, tensor-parallel workers), which a
         # daemonic process may not do; an exit hook ends it instead
-        self.process = ctx.Process(target=_serve, args=(child, model, dict(args)), name=f"vllm:{model}",
+        self.process = ctx.Process(target=_serve, args=(child, model, dict(args), os.getpid()), name=f"vllm:{model}",
                                    daemon=False)
         self.process.start()
         child.close()
