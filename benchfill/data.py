@@ -68,6 +68,13 @@ def infer_format(answer: str, choices: Sequence[str] | None) -> ItemFormat:
     return "short" if len(text.split()) <= 5 else "open"
 
 
+def text_key(text: str) -> str:
+    """A stable key of an item text (whitespace-insensitive): two items with the same key are the same item."""
+    import hashlib
+
+    return hashlib.sha256(" ".join(text.split()).encode("utf-8")).hexdigest()[:24]
+
+
 @dataclass(frozen=True)
 class ResponseMatrix:
     """Counts of correct answers per (model, item).

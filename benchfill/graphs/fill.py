@@ -40,7 +40,7 @@ from langgraph.runtime import Runtime
 import numpy as np
 from pydantic import BaseModel, Field, create_model, model_validator
 
-from benchfill.data import Item
+from benchfill.data import Item, text_key
 from benchfill.diagnostics.null import gap_is_unfillable
 from benchfill.graphs.adaptive import adaptive_label
 from benchfill.graphs.prescreen import TextPrior
@@ -117,6 +117,7 @@ class FillContext:
 
     def __post_init__(self) -> None:
         self.by_id = {it.id: it for it in self.items}
+        self.text_keys = {text_key(it.question): it.id for it in self.items}  # the benchmark's own texts
         self.client.client.on_result = self._count
 
     def _count(self, result: CallResult) -> None:
@@ -266,6 +267,12 @@ def rewrite(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
 
     results = ctx.client.run(_all(one(pi, memory[pid]) for pi, pid in enumerate(state.parents)))
     _stop_on_failed_calls(r for _, _, r in results)
+    # a child that repeats a benchmark item or an earlier child of this gap is that item, not a new one: it is
+    # recorded and left out (labelling it again would count the same item's answers twice)
+    seen = dict(ctx.text_keys)
+    for c in ctx.bank.candidates(state.method, state.gap_index):
+        if c["question"] and c["round"] < state.round:
+            seen.setdefault(text_key(c["question"]), c["id"])
     rows, ids = [], []
     for pi, parent, res in results:
         kids = res.parsed.children[: p.children_per_parent] if res.parsed is not None else []
@@ -276,6 +283,13 @@ def rewrite(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
             continue
         for ci, kid in enumerate(kids):
             cid = candidate_id(state.method, state.gap_index, state.round, pi, ci)
+            key = text_key(kid.question)
+            if key in seen:
+                rows.append(_candidate_row(state, cid, parent.id, kid.question, kid.answer, rewriter,
+                                           status="duplicate", error=f"repeats {seen[key]}",
+                                           format=_as_item(ctx, parent).format))
+                continue
+            seen[key] = cid
             rows.append(_candidate_row(state, cid, parent.id, kid.question, kid.answer, rewriter,
                                        status="proposed", format=_as_item(ctx, parent).format))
             ids.append(cid)

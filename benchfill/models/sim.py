@@ -33,7 +33,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from benchfill.data import Item
+from benchfill.data import Item, text_key  # noqa: F401  (text_key: found here by the worlds' users too)
 
 SIM_LABEL = "SIMULATED"
 SIM_PREFIX = "sim/"
@@ -57,11 +57,6 @@ def _rng(*parts: Any) -> np.random.Generator:
 
 def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x))
-
-
-def text_key(text: str) -> str:
-    """A stable key of an item text (whitespace-insensitive), used to find registered items in prompts."""
-    return hashlib.sha256(" ".join(text.split()).encode("utf-8")).hexdigest()[:24]
 
 
 def latent_from_text(text: str) -> float | None:
