@@ -84,6 +84,8 @@ def _check_fit_options(sampler: str, chains: int = 1, tune: int = 0, draws: int 
 def _selection_note(resp, out=None) -> None:
     """Say which models were kept when a subset was taken (diagnose and fill use the same rule)."""
     sel = resp.meta.get("selection")
+    if resp.meta.get("selection_note"):
+        (out or err_console).print(resp.meta["selection_note"], markup=False, highlight=False, soft_wrap=True)
     if sel:
         (out or err_console).print(
             f"kept {len(sel['kept'])} of {sel['of']} models ({sel['rule']}): {', '.join(sel['kept'])}",

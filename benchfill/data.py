@@ -662,6 +662,9 @@ def keep_models(responses: ResponseMatrix, models: int | None = None, models_fil
         if len(responses.models) < n_all:  # say which were kept (diagnose and fill print this line)
             responses.meta["selection"] = {"rule": "spread evenly by accuracy, weakest first", "of": n_all,
                                            "kept": list(responses.models)}
+        elif models > n_all:  # asked for more than there are: all are kept, and the user is told
+            responses.meta["selection_note"] = (f"--models {models}: {responses.source} has {n_all} models; "
+                                                f"all {n_all} are kept")
     return responses
 
 

@@ -187,7 +187,7 @@ def test_review_show_and_json(nasty_run):
     assert res.exit_code == 0, res.output
     text = flat(res.output)
     assert "reference answer: 7 [/INST]" in text and "reason [/INST]" in text and "90 % interval" in text
-    assert "± tolerance 0." in text and "P(inside the gap) = 0." in text and "panel counts per model" in text
+    assert "± tolerance " in text and "P(inside the gap) = " in text and "panel counts per model" in text
 
 
 # ---- Ctrl-C ------------------------------------------------------------------------------------------------
@@ -453,3 +453,9 @@ def test_dash_h_is_help_everywhere():
     for args in ((), ("fill",), ("diagnose",), ("designers",), ("designers", "run")):
         res = run(*args, "-h")
         assert res.exit_code == 0 and "Usage" in res.output, (args, res.output[-300:])
+
+
+def test_more_models_than_the_file_has_is_said(small, tmp_path):
+    res = run("diagnose", small, "--sampler", "map", "--models", "100", "--json", tmp_path / "d.json")
+    assert res.exit_code == 0, res.output
+    assert "--models 100:" in flat(res.output) and "all 6 are kept" in flat(res.output)
