@@ -37,6 +37,7 @@ children_per_parent = 3
 max_rounds = {max_rounds}
 tolerance = {tolerance}
 sim_panel_rollouts = 4
+confirm_max_rollouts = 12
 """
 
 
@@ -153,9 +154,10 @@ def test_fill_fills_gaps_sequentially_and_reports_table2(finished_run):
         assert g["tolerance"] > 0.01 and "finer than this panel can place" in g["note"]
         assert g["chosen_d_sd"] > 0.01  # 6 models x 4 rollouts: the placement is far less precise than 0.01
         assert 1 <= g["rounds"] <= 3 and g["stop_reason"]
-        if g["p_inside"] < 0.9:  # confirmation ran to its cap: every model answered the child 32 times
+        if g["p_inside"] < 0.9:  # confirmation ran to its cap (12 here): every model answered the child 12 times
             conf = json.loads((out / "labels" / f"benchfill-g{g['gap']}-confirm" / "confirm.json").read_text())
-            assert all(n == 32 for _, n in conf["counts"].values()) and g["confirm_calls"] > 0
+            assert all(n == 12 for _, n in conf["counts"].values()) and g["confirm_calls"] > 0
+            assert [s["rollouts"] for s in conf["steps"]] == [8, 12]  # two steps of 4 more answers per model
     assert bf["filled"] == sum(g["status"] == "filled" for g in bf["gaps"]) and bf["chosen"] == 3
     assert bf["top3_reduction"] > 0
     assert "baseline" in summary["methods"]
