@@ -277,3 +277,29 @@ def test_an_outage_exits_3_with_one_line_and_a_restarted_server_completes_the_ru
             (tmp_path / "unbroken" / "responses.csv").read_bytes()
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+def test_sigterm_stops_evaluate_like_ctrl_c_and_a_rerun_completes(stub, tmp_path):
+    """SIGTERM (a scheduler, kill): one line, exit 143, nothing half-written; the rerun pays only what was not
+    answered and writes what an unbroken run writes (issue 27)."""
+    items = make_items(tmp_path / "items.jsonl", 10)
+    config = make_config(tmp_path / "run.toml", stub, concurrency=2, rollouts=2)
+    evaluate(items, config, tmp_path / "unbroken")
+    stub.reset()
+    stub.latency = 0.05
+    out = tmp_path / "stopped"
+    proc = _cli(["evaluate", str(items), "--config", str(config), "--out", str(out), "--no-progress"])
+    deadline = time.time() + 60
+    while stub.calls < 12 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stderr
+    assert "terminated (SIGTERM)" in stderr and "Traceback" not in stderr, stderr
+    assert not (out / "responses.csv").exists()
+    stub.latency = 0.0
+    proc = _cli(["evaluate", str(items), "--config", str(config), "--out", str(out), "--no-progress"])
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert (out / "responses.csv").read_bytes() == (tmp_path / "unbroken" / "responses.csv").read_bytes()
