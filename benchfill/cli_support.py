@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import logging
 import os
 import signal
 import sys
@@ -118,9 +117,10 @@ def write_json_result(json_out: Path | str | None, obj: Any, *, note: Console | 
 
 def quiet_libraries() -> None:
     """Silence library noise that is not the user's business (math-verify's one-off 'Timeout is disabled ...':
-    benchfill bounds grading time itself)."""
-    for name in ("math_verify", "math_verify.parser", "math_verify.grader"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    benchfill bounds grading time itself; the grader also does this itself, for library users)."""
+    from benchfill.models.grading import quiet_math_verify
+
+    quiet_math_verify()
 
 
 _MAIN_PID = os.getpid()

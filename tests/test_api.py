@@ -28,6 +28,8 @@ def test_load_diagnose_save_place_from_python(examples, tmp_path):
     stages: list[str] = []
     dx = bf.diagnose(resp, draws=300, tune=300, on_stage=stages.append)
     assert isinstance(dx, bf.Diagnosis) and dx.sampler.method == "fast" and dx.posterior is not None
+    # a notebook's echo is one line, not the whole record (issue 28: it was 49,000 characters)
+    assert len(repr(dx)) < 300 and "12 models x 500 items" in repr(dx) and "DDM 0." in str(dx), repr(dx)
     # a progress display is told each stage as it starts, in order, each of them once
     firsts = [s.split(" ")[0] for s in stages]
     assert firsts == ["fitting", "exact", "checks", "posterior", "the"], stages

@@ -310,7 +310,8 @@ def test_math_verify_timeout_notice_is_silenced(caplog):
             logging.getLogger(n).setLevel(logging.NOTSET)
         with caplog.at_level(logging.WARNING):
             grade_off_the_main_thread()
-        assert "Timeout is disabled" in caplog.text  # the notice the CLI used to print on every fill
+        # the grader silences it itself: a library call prints it no more than the CLI does (issue 28)
+        assert "Timeout is disabled" not in caplog.text
         caplog.clear()
         quiet_libraries()
         with caplog.at_level(logging.WARNING):

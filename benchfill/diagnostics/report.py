@@ -168,6 +168,18 @@ class Diagnosis(BaseModel):
     normalised with the posterior-mean b of this benchmark; every ``*_sd`` is a posterior SD over draws, each draw
     normalised by itself (null for a MAP preview)."""
 
+    def __repr__(self) -> str:
+        """One line (the whole record is ``model_dump()``; the CLI's tables are ``diagnosis_tables``)."""
+        def sd(x: float | None) -> str:
+            return "" if x is None else f" ± {x:.3f}"
+
+        flagged = [k for k, v in self.flags.items() if v]
+        return (f"Diagnosis({self.source!r}: {self.n_models} models x {self.n_items} items, {self.irt_model}; "
+                f"DDM {self.ddm:.3f}{sd(self.ddm_sd)}, max gap {self.max_gap:.3f}{sd(self.max_gap_sd)}, Top-5 "
+                f"{self.top5_sum:.3f}{sd(self.top5_sum_sd)}; flags: {', '.join(flagged) or 'none'})")
+
+    __str__ = __repr__
+
     schema_version: int = SCHEMA_VERSION
     benchfill_version: str = benchfill.__version__
     created_at: str

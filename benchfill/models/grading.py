@@ -283,12 +283,25 @@ def latex_value(text: str) -> float | None:
     return value.real
 
 
+MATH_VERIFY_LOGGERS = ("math_verify", "math_verify.parser", "math_verify.grader")
+
+
+def quiet_math_verify() -> None:
+    """Silence math-verify's one-off 'Timeout is disabled ...' notice: benchfill bounds grading time itself, and
+    the notice reached library users' output on every first grade off the main thread."""
+    import logging
+
+    for name in MATH_VERIFY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def _math_verify_equal(gold: str, pred: str) -> bool | None:
     """math-verify's verdict; None when it could not parse one side (then sympy gets a try)."""
     try:
         from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
     except ImportError:  # pragma: no cover - math-verify is a dependency
         return None
+    quiet_math_verify()
     # math-verify times out with signal.alarm, which only works in the main thread.
     timeout = 5 if _in_main_thread() else None
     configs = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
