@@ -140,19 +140,25 @@ def _cli(args: list[str], **kw) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
+def _start_slow_evaluate(stub, items, config, out) -> subprocess.Popen:
+    """``evaluate`` in a subprocess against a slowed stub, returned once 12 calls have reached the server."""
+    stub.reset()
+    stub.latency = 0.05
+    proc = _cli(["evaluate", str(items), "--config", str(config), "--out", str(out), "--no-progress"])
+    deadline = time.time() + 60
+    while stub.calls < 12 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    return proc
+
+
 def test_kill_9_and_resume_equals_unbroken_run(stub, tmp_path):
     items = make_items(tmp_path / "items.jsonl", 10)
     config = make_config(tmp_path / "run.toml", stub, concurrency=2, rollouts=2)
     total = 2 * 10 * 2
     # the unbroken reference run
     evaluate(items, config, tmp_path / "unbroken")
-    stub.reset()
-    stub.latency = 0.05
     out = tmp_path / "resumed"
-    proc = _cli(["evaluate", str(items), "--config", str(config), "--out", str(out), "--no-progress"])
-    deadline = time.time() + 60
-    while stub.calls < 12 and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.01)
+    proc = _start_slow_evaluate(stub, items, config, out)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
@@ -286,13 +292,8 @@ def test_sigterm_stops_evaluate_like_ctrl_c_and_a_rerun_completes(stub, tmp_path
     items = make_items(tmp_path / "items.jsonl", 10)
     config = make_config(tmp_path / "run.toml", stub, concurrency=2, rollouts=2)
     evaluate(items, config, tmp_path / "unbroken")
-    stub.reset()
-    stub.latency = 0.05
     out = tmp_path / "stopped"
-    proc = _cli(["evaluate", str(items), "--config", str(config), "--out", str(out), "--no-progress"])
-    deadline = time.time() + 60
-    while stub.calls < 12 and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.01)
+    proc = _start_slow_evaluate(stub, items, config, out)
     os.kill(proc.pid, signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 143, stderr

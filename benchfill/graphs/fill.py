@@ -111,7 +111,6 @@ class FillContext:
     label_dir: Path
     prescreen: TextPrior | None = None  # [fill] prescreen: predicted b of a child's text (orders adaptive labelling)
     attainable_d: np.ndarray | None = None  # where the panel can place a child (None: too many to enumerate)
-    attainable_keys: tuple[np.ndarray, np.ndarray] | None = None  # the panel's keys behind them (counts, trials)
     skip_floor_gaps: bool = True  # gaps with no attainable placement inside are passed over (not: --allow-floor-gaps)
     usage: dict[str, float] = field(default_factory=lambda: {"calls": 0, "cached": 0, "tokens": 0, "cost": 0.0})
 
@@ -212,7 +211,7 @@ def propose(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
             return {"finished": True}
         lo, hi = gap.lo, gap.hi
     target = (lo + hi) / 2
-    design = gap_design(ctx.scale, ctx.attainable_keys, target, ctx.params.tolerance)
+    design = gap_design(ctx.attainable_d, target, ctx.params.tolerance)
     ctx.bank.upsert_gap(state.method, index, lo=lo, hi=hi, target=target, status="searching", rounds=0,
                         n_candidates=0, note=design.note, tolerance=design.tolerance, resolution=design.resolution)
     _emit(runtime, node="propose_gaps", method=state.method, gap=index, target=target, note=design.note)

@@ -13,8 +13,6 @@ from typing import Sequence, TypeVar
 import numpy as np
 
 from benchfill.diagnostics import metrics as M
-from benchfill.irt.placement import place_items
-from benchfill.irt.scale import Scale
 from benchfill.memory.bank import MemoryItem
 from benchfill.models.config import FillParams
 
@@ -94,17 +92,13 @@ class GapDesign:
     note: str = ""
 
 
-def gap_design(scale: Scale, keys: tuple[np.ndarray, np.ndarray] | None, target: float, tolerance: float
-               ) -> GapDesign:
-    """The design's resolution at ``target``: the panel's attainable keys (``keys``, (K, J) correct counts and
-    trials from :func:`benchfill.diagnostics.null.attainable_keys`; None: too many to enumerate) placed on the
-    scale. One rule with the floor test of :func:`benchfill.diagnostics.null.gap_is_unfillable`: both read the
-    same placements."""
-    if keys is None:
+def gap_design(attainable_d: np.ndarray | None, target: float, tolerance: float) -> GapDesign:
+    """The design's resolution at ``target``: ``attainable_d``, every d the labelling panel's answers can place a
+    child at (:func:`benchfill.graphs.run.panel_attainable_d`; None: too many to enumerate). One rule with the floor
+    test of :func:`benchfill.diagnostics.null.gap_is_unfillable`: both read the same placements."""
+    if attainable_d is None:
         return GapDesign(tolerance, None)
-    y, n = keys
-    d = place_items(scale, y, n).d
-    resolution = float(np.min(np.abs(d - target)))
+    resolution = float(np.min(np.abs(np.asarray(attainable_d) - target)))
     tol = tolerance
     note = ""
     if resolution > tolerance:

@@ -72,15 +72,6 @@ class FillOptions:
                 "sampler": self.sampler, "seed": self.seed}
 
 
-def panel_attainable_keys(scale: Scale, panel: list[ModelConfig]) -> tuple[np.ndarray, np.ndarray] | None:
-    """Every likelihood key (correct counts, trials; (K, J) in the scale's model order) of a new item answered by
-    the labelling panel with its rollouts (None where guessing makes them too many to enumerate)."""
-    from benchfill.diagnostics.null import attainable_keys
-
-    by_model = {m.label: m.rollouts for m in panel}
-    return attainable_keys(np.array([by_model.get(m, 0) for m in scale.models]), scale.guessing)
-
-
 def panel_attainable_d(scale: Scale, panel: list[ModelConfig]) -> np.ndarray | None:
     """Every d (sorted) a new item answered by the labelling panel can be placed at, under the scale's population
     (None where guessing makes them too many to enumerate)."""
@@ -224,7 +215,7 @@ class FillRun:
             bank=self.bank, client=self.client, prompts=PromptLibrary.from_config(config),
             label_dir=self.out / "labels",
             prescreen=prescreen.for_run(self.params.prescreen, self.items, self.scale.b_mean, opts.seed),
-            attainable_d=self.attainable, attainable_keys=panel_attainable_keys(self.scale, self.panel),
+            attainable_d=self.attainable,
             skip_floor_gaps=not opts.allow_floor_gaps,
         )
         self.bank.set_meta(panel=[m.label for m in self.panel])  # an upsert: the same on every start
