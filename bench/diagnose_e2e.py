@@ -44,7 +44,7 @@ CLI = "import sys; from benchfill.cli import app; sys.argv[0] = 'benchfill'; app
 PYMC_SCRIPT = """
 import sys, numpy as np, pymc as pm
 sys.path.insert(0, {repo!r})
-from benchfill.data import load_responses
+from benchfill.importers import load_responses
 from benchfill.irt.fit import build_pymc_model, with_population
 from benchfill.irt.model import IRTSpec
 resp = load_responses({path!r})

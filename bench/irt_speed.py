@@ -46,7 +46,8 @@ J = 12
 def make_data(spec: str):
     """``sim:ITEMS:ROLLOUTS:SEED`` (theta, b ~ N(0, 1), Binomial counts) or ``real:PATH`` (12 models spread by
     accuracy) -> ResponseMatrix."""
-    from benchfill.data import ResponseMatrix, load_responses, select_models
+    from benchfill.data import ResponseMatrix, select_models
+    from benchfill.importers import load_responses
 
     kind, _, rest = spec.partition(":")
     if kind == "sim":

@@ -33,8 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from benchfill.models.client import ModelClient, import_litellm  # noqa: E402
-from benchfill.models.config import ModelConfig  # noqa: E402
+from benchfill.models.client import ModelClient  # noqa: E402
+from benchfill.models.config import ModelConfig, import_litellm  # noqa: E402
 
 
 def start_stub(latency: float) -> tuple[subprocess.Popen, str]:

@@ -62,7 +62,7 @@ def benchmarks(world: str) -> dict[str, tuple[Path, Path | None]]:
 
 def texts_by_line(responses: Path, texts: Path | None, folder: Path) -> Path:
     """Items for a response file: line k of ``texts`` as item_id k (stand-ins where there is no text)."""
-    from benchfill.data import load_responses
+    from benchfill.importers import load_responses
 
     r = load_responses(responses)
     rows = [json.loads(line) for line in texts.read_text().splitlines() if line.strip()] if texts else []

@@ -8,7 +8,7 @@ import os as _os
 # litellm fetches a cost map from the internet at import unless told to read its bundled copy.
 _os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-__version__ = "0.1.0"
+from benchfill._version import __version__
 
 # The Python API (benchfill.api), imported on first use so that `import benchfill` stays light.
 __all__ = ["load_responses", "import_logs", "diagnose", "suite", "place", "calibrate", "detect", "load_diagnosis",

@@ -24,7 +24,7 @@ from benchfill.data import Item, ResponseMatrix
 from benchfill.diagnostics.calibrate import CalibrationResult
 from benchfill.diagnostics.detect import DetectionResult
 from benchfill.diagnostics.report import Diagnosis
-from benchfill.errors import InputError
+from benchfill.errors import InputError, did_you_mean
 from benchfill.irt.placement import PlacedItem
 from benchfill.irt.prior import DEFAULT_POPULATION, POPULATION_KINDS
 
@@ -44,7 +44,7 @@ def load_responses(source: Any, *, items: str | Path | Sequence[Item] | None = N
     import pandas as pd
 
     from benchfill.data import keep_models, load_items, responses_from_frame
-    from benchfill.data import load_responses as _load
+    from benchfill.importers import load_responses as _load
 
     item_list = load_items(items) if isinstance(items, (str, Path)) else (list(items) if items is not None else None)
     if isinstance(source, ResponseMatrix):
@@ -308,7 +308,6 @@ def calibration_target(spec: str) -> Any:
     """'uniform' -> None (U[0, 1]); 'beta:A,B' -> a frozen scipy Beta(A, B)."""
     from scipy import stats
 
-    from benchfill.cli_support import did_you_mean
     from benchfill.errors import InputError
 
     if spec == "uniform":
@@ -387,9 +386,7 @@ def export(run_dir: str | Path, out: str | Path, *, hf: str | Path | None = None
 
     from benchfill.data import write_items
     from benchfill.errors import InputError
-    from benchfill.graphs.trace import filled_benchmark
-
-    from benchfill.graphs.trace import review_queue
+    from benchfill.memory.trace import filled_benchmark, review_queue
 
     bank = _open_bank(run_dir)
     try:
@@ -441,8 +438,8 @@ class Vote(BaseModel):
 
 def review_queue(run_dir: str | Path) -> ReviewQueue:
     """The review queue of a fill run (``benchfill review RUN``)."""
-    from benchfill.graphs.trace import review_queue as _queue
     from benchfill.memory.bank import REVIEW_RULE
+    from benchfill.memory.trace import review_queue as _queue
 
     bank = _open_bank(run_dir)
     try:
@@ -453,7 +450,7 @@ def review_queue(run_dir: str | Path) -> ReviewQueue:
 
 def review_item(run_dir: str | Path, item_id: str) -> ReviewItem:
     """One queued item in full (``benchfill review RUN --show ID``); an id not in the queue is an InputError."""
-    from benchfill.graphs.trace import review_item as _item
+    from benchfill.memory.trace import review_item as _item
 
     bank = _open_bank(run_dir)
     try:
@@ -467,8 +464,8 @@ def vote(run_dir: str | Path, item_id: str, decision: str, reviewer: str, note: 
     vote per reviewer and item (voting again replaces it); an item is accepted after 3 approvals and no standing
     rejection, and rejected after 3 rejections (``REVIEW_RULE``)."""
     from benchfill.errors import InputError
-    from benchfill.graphs.trace import review_item as _item
     from benchfill.memory.bank import REVIEW_RULE
+    from benchfill.memory.trace import review_item as _item
 
     if decision not in ("approve", "reject"):
         raise InputError("decision", f"{decision!r}: choose approve or reject")
@@ -624,9 +621,8 @@ class GapTrace(RootModel[dict[str, Any]]):
 def trace(run_dir: str | Path, *, gap: int = 1, method: str = "benchfill") -> GapTrace:
     """One gap of a fill run (``benchfill trace RUN --gap N --method M``): ``gap`` 1-based in the order filled,
     ``method`` benchfill or baseline."""
-    from benchfill.cli_support import did_you_mean
     from benchfill.errors import InputError
-    from benchfill.graphs.trace import gap_trace
+    from benchfill.memory.trace import gap_trace
 
     if method not in ("benchfill", "baseline"):
         raise InputError("--method", f"{method!r}: choose benchfill or baseline"

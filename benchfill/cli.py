@@ -5,7 +5,6 @@ Every command turns :class:`benchfill.errors.InputError` into one line on stderr
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -14,11 +13,19 @@ from typing import Optional
 import typer
 
 from benchfill.cli_support import (
-    JsonFlagCommand, console, did_you_mean, err_console, friendly_errors, install_sigint_handler, is_stdout, lit,
-    StatusLine, quiet_worker_start, result_console,
+    JsonFlagCommand,
+    StatusLine,
+    console,
+    err_console,
+    friendly_errors,
+    install_sigint_handler,
+    is_stdout,
+    lit,
+    quiet_worker_start,
+    result_console,
     write_json_result,
 )
-from benchfill.errors import InputError
+from benchfill.errors import InputError, did_you_mean
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmarks as empirical measures over difficulty.",
                   context_settings={"help_option_names": ["-h", "--help"]})
@@ -51,7 +58,7 @@ SAMPLER_HELP = "IRT inference: fast (exact: quadrature + independence MH on the 
 
 
 def _panel(responses_path: Path, items_path: Path | None, models: int | None, models_file: Path | None):
-    from benchfill.data import load_panel
+    from benchfill.importers import load_panel
 
     return load_panel(responses_path, items_path, models, models_file)
 
@@ -365,7 +372,7 @@ def review(
     if approve or reject:
         if approve and reject:
             raise InputError("--approve/--reject", "give one of them, not both")
-        v = api.vote(run_dir, approve or reject, "approve" if approve else "reject", reviewer or "", note)
+        v = api.vote(run_dir, str(approve or reject), "approve" if approve else "reject", reviewer or "", note)
         out.print(lit(f"{v.item_id}: {v.status} ({v.approvals} approval(s), {v.rejections} rejection(s); {v.rule})"))
     if show:
         item = api.review_item(run_dir, show)
@@ -626,8 +633,8 @@ def local_server(
 
 # ---- designers (BenchBench: card / run / rewriters) -------------------------------------------------------
 
+from benchfill.cli_designers import designers_app  # noqa: E402  (a light import: typer only, the rest is lazy)
 from benchfill.cli_support import plain_help  # noqa: E402
-from benchfill.designers.cli import designers_app  # noqa: E402  (a light import: typer only, the rest is lazy)
 
 app.add_typer(designers_app, name="designers")
 plain_help(app, designers_app)  # help text as written ("[fill]" kept), no "<bool>" on flags
@@ -638,4 +645,4 @@ def main() -> None:  # pragma: no cover - entry point
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -12,13 +12,12 @@ Rules every command follows (tested in ``tests/test_cli_friction.py``):
 
 from __future__ import annotations
 
-import difflib
 import functools
 import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import typer
 from rich.console import Console
@@ -74,12 +73,6 @@ F = TypeVar("F", bound=Callable[..., object])
 def lit(value: Any) -> Text:
     """Model- or user-written text as a rich renderable that is printed literally (no markup)."""
     return Text(str(value))
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """' (did you mean 'x'?)' for the closest choice, or ''."""
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def is_stdout(path: Any) -> bool:
@@ -187,7 +180,7 @@ class StatusLine:
         self._beats.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self._beats.__exit__(*exc)
         self._live.stop()
 

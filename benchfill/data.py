@@ -2,8 +2,8 @@
 
 Response data (SPEC section 1) is long format ``model, item_id, n_correct, n_trials`` (CSV, CSV.GZ or JSONL);
 a wide 0/1 matrix (first column = model, one column per item) and py-irt's jsonlines
-(``{"subject_id", "responses": {item: 0/1}}``) are read too, and so are other harnesses' eval logs (a log file or a
-folder of them; :mod:`benchfill.importers`, detected when unambiguous). Every rule broken raises
+(``{"subject_id", "responses": {item: 0/1}}``) are read too (:func:`read_responses`); other harnesses' eval logs are
+read one layer up, by :func:`benchfill.importers.load_responses`, the reader every command uses. Every rule broken raises
 :class:`benchfill.errors.InputError` naming the file, row and rule.
 """
 
@@ -184,20 +184,15 @@ class LongRows:
         return len(self.model)
 
 
-def load_responses(path: str | Path, items: Sequence[Item] | None = None, *, min_models: int = 2) -> ResponseMatrix:
-    """Read and validate a response file (long CSV/JSONL, wide 0/1 CSV, or py-irt jsonlines), or eval logs of
-    lm-eval, inspect_ai, HELM, OpenCompass or the Open LLM Leaderboard (a file or folder; format detected).
+def read_responses(path: str | Path, items: Sequence[Item] | None = None, *, min_models: int = 2) -> ResponseMatrix:
+    """Read and validate a response file in one of benchfill's own formats: long CSV/JSONL, wide 0/1 CSV, or py-irt
+    jsonlines (eval logs of other harnesses: :func:`benchfill.importers.load_responses`, which reads both).
 
     When ``items`` is given, every item id in the responses must be one of them and every item must have been
     attempted by some model; the matrix columns then follow the items' order. ``min_models`` is the fewest models
     the file must hold: 2 for IRT (the default), 1 for a single checkpoint's file (``benchfill detect``).
     """
     path = Path(path)
-    from benchfill.importers import detect
-
-    fmt = detect(path)
-    if fmt is not None:
-        return _from_logs(path, fmt, items, min_models)
     text = _open_text(path)
     if not text.strip():
         raise InputError(str(path), "empty file")
@@ -226,14 +221,10 @@ def responses_from_frame(frame: pd.DataFrame, items: Sequence[Item] | None = Non
     return _matrix_from_long(Path(source), rows, items, min_models)
 
 
-def _from_logs(path: Path, fmt: str, items: Sequence[Item] | None, min_models: int) -> ResponseMatrix:
-    """Eval logs of another harness (a folder of them, or one log file), read with the format's defaults
-    (``benchfill import`` chooses the metric, filter or threshold)."""
-    from benchfill.importers import import_logs
 
-    matrix = import_logs(fmt, [path]).matrix(str(path), min_models)
-    if items is None:
-        return matrix
+def align_to_items(matrix: ResponseMatrix, items: Sequence[Item], path: str | Path) -> ResponseMatrix:
+    """The matrix with its columns in the items' order; every response item must be one of them and every item
+    attempted by some model (else one line naming ``path``)."""
     known = [it.id for it in items]
     unknown = [i for i in matrix.item_ids if i not in set(known)]
     if unknown:
@@ -244,6 +235,7 @@ def _from_logs(path: Path, fmt: str, items: Sequence[Item] | None, min_models: i
         raise InputError(str(path), f"item_id={missing[0]} was attempted by no model (n_trials is 0 everywhere)")
     return ResponseMatrix(matrix.models, known, matrix.n_correct[:, [pos[t] for t in known]],
                           matrix.n_trials[:, [pos[t] for t in known]], matrix.source, dict(matrix.meta))
+
 
 
 def item_groups(responses: ResponseMatrix, by: str, items_table: str | Path | None) -> dict[str, list[str]]:
@@ -613,10 +605,10 @@ def _matrix_from_long(path: Path, rows: LongRows, items: Sequence[Item] | None, 
     unattempted = trials.sum(0) == 0
     if unattempted.any():
         i = int(np.argmax(unattempted))
-        k = item_id.index(item_ids[i]) if item_ids[i] in seen else None
+        at = item_id.index(item_ids[i]) if item_ids[i] in seen else None
         raise InputError(
             str(path), f"item_id={item_ids[i]} was attempted by no model (n_trials is 0 everywhere)",
-            row=int(rows.row[k]) if k is not None else None,
+            row=int(rows.row[at]) if at is not None else None,
         )
     meta: dict[str, Any] = {}
     if rows.task is not None:  # written by `benchfill import`: the grouping `suite --by task` uses
@@ -635,15 +627,6 @@ def select_models(matrix: ResponseMatrix, k: int) -> list[str]:
     ranks = np.unique(np.round(np.linspace(0, len(order) - 1, k)).astype(int))
     return [matrix.models[j] for j in order[ranks]]
 
-
-def load_panel(
-    responses_path: str | Path, items_path: str | Path | None = None, models: int | None = None,
-    models_file: str | Path | None = None,
-) -> tuple[ResponseMatrix, list[Item] | None]:
-    """Load responses (validated against the items file when given) and keep the requested models: the names in
-    ``models_file``, else ``models`` spread evenly by accuracy, else all."""
-    items = load_items(items_path) if items_path else None
-    return keep_models(load_responses(responses_path, items=items), models, models_file), items
 
 
 def keep_models(responses: ResponseMatrix, models: int | None = None, models_file: str | Path | None = None

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import difflib
+from typing import Any, Iterable
 
 
 class InputError(ValueError):
@@ -17,6 +18,12 @@ class InputError(ValueError):
         self.row = row
         where = f"{self.path}: row {row}" if row is not None else self.path
         super().__init__(f"{where}: {rule}")
+
+
+def did_you_mean(word: str, choices: Iterable[Any]) -> str:
+    """' (did you mean 'x'?)' for the closest choice, or '' (the tail of an InputError's rule)."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def field_path(loc: tuple[Any, ...], top: str = "<top level>") -> str:

@@ -62,7 +62,7 @@ def send_result(fn: Callable[[Any], Any], part: Any, conn: Any) -> None:  # prag
     work itself, so its own error, if any, reaches the user the usual way."""
     try:
         conn.send((True, fn(part)))
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which redoes the part itself
+    except BaseException as exc:
         conn.send((False, f"{type(exc).__name__}: {exc}"))
     finally:
         conn.close()

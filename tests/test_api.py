@@ -20,6 +20,7 @@ def test_one_default_sampler_for_library_and_cli():
     assert SamplerSettings().method == api.DEFAULT_SAMPLER == "fast"
 
 
+@pytest.mark.slow  # a whole command end to end (> 10 s): the full suite runs it
 def test_load_diagnose_save_place_from_python(examples, tmp_path):
     resp = bf.load_responses(examples / "math500.responses.csv.gz", models=12)
     assert isinstance(resp, ResponseMatrix) and resp.shape == (12, 500)
@@ -88,7 +89,7 @@ def _without_none(obj):
 
 async def _fill_in_loop(examples, tmp_path):
     return bf.fill(examples / "math500.items.jsonl", examples / "math500_k4.responses.csv.gz",
-                   examples / "fill_sim.toml", tmp_path / "fill", gaps=1, sampler="map")
+                   examples / "fill_sim.toml", tmp_path / "fill", gaps=1)
 
 
 # ---- one serialisation: every API result is a pydantic model; the CLI's --json is its model_dump_json ----------
@@ -111,6 +112,7 @@ def _assert_cli_json_is_the_models(path, result):
     assert path.read_text() == result.model_dump_json(indent=2) + "\n"
 
 
+@pytest.mark.slow  # a whole command end to end (> 10 s): the full suite runs it
 def test_detect_calibrate_place_from_python_equal_the_cli_json(examples, tmp_path):
     from benchfill import api
 
@@ -124,7 +126,7 @@ def test_detect_calibrate_place_from_python_equal_the_cli_json(examples, tmp_pat
     _assert_cli_json_is_the_models(tmp_path / "d.json", det)
 
     resp = bf.load_responses(examples / "math500.responses.csv.gz", models=12)
-    dx = bf.diagnose(resp.subset(items=resp.item_ids[:60]), sampler="map")
+    dx = bf.diagnose(resp.subset(items=resp.item_ids[:60]))
     dx.save(tmp_path / "dx")
     cal = api.calibrate(tmp_path / "dx" / "diagnosis.json", 10, target="beta:2,2")
     assert cal.k == 10 and len(cal.item_ids) == 10
@@ -315,6 +317,7 @@ def test_the_defaults_test_catches_drift(monkeypatch):
     assert _drift(commands) == ["detect permutations: CLI default 100000, API 500"]
 
 
+@pytest.mark.slow  # a whole command end to end (> 10 s): the full suite runs it
 def test_the_readme_python_example_runs_as_written(tmp_path, monkeypatch):
     """The README's notebook-style block, executed as written (relative paths from a folder that has the repo's
     examples/ and tests/fixtures/, as the repository root does)."""

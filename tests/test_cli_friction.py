@@ -73,7 +73,7 @@ def test_bad_fit_options_are_one_line_and_exit_2(small, tmp_path, args, needle):
 def test_a_picture_path_that_cannot_be_written_is_one_line_and_exit_2(small, tmp_path):
     """The picture is drawn by another process and written here: a folder where no file can be created is one
     line naming the file asked for (not the temporary one), exit 2."""
-    proc = cli("diagnose", small, "--sampler", "map", "--json", tmp_path / "d.json", "--png", "/proc/x.png")
+    proc = cli("diagnose", small, "--json", tmp_path / "d.json", "--png", "/proc/x.png")
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stderr.strip().startswith("error: /proc/x.png:"), proc.stderr
@@ -81,7 +81,7 @@ def test_a_picture_path_that_cannot_be_written_is_one_line_and_exit_2(small, tmp
 
 def test_json_into_a_missing_folder_creates_it(small, tmp_path):
     target = tmp_path / "a" / "b" / "c" / "diagnosis.json"
-    res = run("diagnose", small, "--sampler", "map", "--json", target)
+    res = run("diagnose", small, "--json", target)
     assert res.exit_code == 0, res.output
     assert target.exists() and target.with_suffix(".png").exists() and target.with_suffix(".scale.npz").exists()
 
@@ -89,7 +89,7 @@ def test_json_into_a_missing_folder_creates_it(small, tmp_path):
 def test_json_into_an_existing_folder_writes_everything_inside_it(small, tmp_path):
     folder = tmp_path / "out"
     folder.mkdir()
-    res = run("diagnose", small, "--sampler", "map", "--json", folder)
+    res = run("diagnose", small, "--json", folder)
     assert res.exit_code == 0, res.output
     for name in ("diagnosis.json", "diagnosis.png", "diagnosis.scale.npz"):
         assert (folder / name).exists(), name
@@ -98,7 +98,7 @@ def test_json_into_an_existing_folder_writes_everything_inside_it(small, tmp_pat
 
 
 def test_json_to_stdout_is_parseable_and_tables_go_to_stderr(small, tmp_path):
-    proc = cli("diagnose", small, "--sampler", "map", "--json", "-", cwd=tmp_path)
+    proc = cli("diagnose", small, "--json", "-", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["n_models"] == 6 and "DDM" in proc.stderr
@@ -107,7 +107,7 @@ def test_json_to_stdout_is_parseable_and_tables_go_to_stderr(small, tmp_path):
 # ---- model- and user-written text is printed literally ---------------------------------------------------
 
 def test_brackets_in_model_names_do_not_break_tables(small, tmp_path):
-    res = run("diagnose", small, "--sampler", "map", "--json", tmp_path / "d.json")
+    res = run("diagnose", small, "--json", tmp_path / "d.json")
     assert res.exit_code == 0, res.output
     scale = tmp_path / "d.scale.npz"
     # place: item ids and model names with brackets
@@ -172,7 +172,7 @@ def test_fill_says_which_models_it_kept(nasty_run):
     items, resp = make_benchmark(folder, n_models=8)
     cfg = write_config(folder)
     res = runner.invoke(app, ["fill", str(items), "--responses", str(resp), "--config", str(cfg), "--out",
-                              str(folder / "out"), "--sampler", "map", "--models", "4", "--gaps", "1"])
+                              str(folder / "out"), "--models", "4", "--gaps", "1"])
     assert res.exit_code == 0, res.output
     assert "kept 4 of 8 models (spread evenly by accuracy" in flat(res.output)
 
@@ -192,6 +192,7 @@ def test_review_show_and_json(nasty_run):
 
 # ---- Ctrl-C ------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # a whole command end to end (> 10 s): the full suite runs it
 def test_ctrl_c_during_the_irt_step_is_one_line_and_130(tmp_path):
     from benchfill.irt.simulate import simulate_responses
 
@@ -333,7 +334,7 @@ def test_math_verify_timeout_notice_is_silenced(caplog):
 def test_loader_messages(tmp_path, name, content, needle):
     path = tmp_path / name
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    proc = cli("diagnose", path, "--sampler", "map", "--json", tmp_path / "d.json")
+    proc = cli("diagnose", path, "--json", tmp_path / "d.json")
     assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
     assert "missing columns" not in proc.stderr and "wide matrix cell" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
@@ -359,22 +360,23 @@ def test_config_typos_are_reported_where_written_with_a_suggestion(tmp_path, tex
 # ---- a second diagnose of the same file --------------------------------------------------------------------------
 
 def test_second_diagnose_refuses_without_force(small, tmp_path):
-    first = cli("diagnose", small, "--sampler", "map", cwd=tmp_path)
+    first = cli("diagnose", small, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     target = tmp_path / "runs" / "small" / "diagnosis.json"
     before = target.read_text()
-    second = cli("diagnose", small, "--sampler", "map", "--seed", "3", cwd=tmp_path)
+    second = cli("diagnose", small, "--seed", "3", cwd=tmp_path)
     assert second.returncode == 2 and "--force" in second.stderr and target.read_text() == before
-    third = cli("diagnose", small, "--sampler", "map", "--seed", "3", "--force", cwd=tmp_path)
+    third = cli("diagnose", small, "--seed", "3", "--force", cwd=tmp_path)
     assert third.returncode == 0 and "overwrote the earlier diagnosis" in flat(third.stdout)
 
 
 # ---- --json PATH|- on every command that prints a result -----------------------------------------------------------
 
+@pytest.mark.slow  # a whole command end to end (> 10 s): the full suite runs it
 def test_json_dash_on_result_commands(small, nasty_run, tmp_path):
     out, _ = nasty_run
     diag = tmp_path / "d.json"
-    assert run("diagnose", small, "--sampler", "map", "--json", diag).exit_code == 0
+    assert run("diagnose", small, "--json", diag).exit_code == 0
     cases = {
         "calibrate": ["calibrate", diag, "--k", "10"],
         "trace": ["trace", out, "--gap", "1"],
@@ -392,7 +394,7 @@ def test_json_dash_on_result_commands(small, nasty_run, tmp_path):
     proc = cli("import", "lm-eval", REPO / "tests" / "fixtures" / "importers" / "lmeval", "--out", tmp_path / "i.csv",
                "--json", "-")
     assert proc.returncode == 0 and json.loads(proc.stdout)["rows"] > 0, proc.stderr
-    proc = cli("suite", small, "--items-table", _groups(small, tmp_path), "--sampler", "map", "--out", tmp_path / "s",
+    proc = cli("suite", small, "--items-table", _groups(small, tmp_path), "--out", tmp_path / "s",
                "--json", "-")
     assert proc.returncode == 0 and [b["benchmark"] for b in json.loads(proc.stdout)["benchmarks"]] == ["A[/x]", "B"]
     assert "A[/x]" in proc.stderr  # the group name from the data, printed literally in the table
@@ -425,7 +427,7 @@ def test_tables_of_diagnose_evaluate_and_designers_print_names_literally(tmp_pat
 
     odd = tmp_path / "[red]m500[bold].csv.gz"
     odd.write_bytes((examples / "math500_k4.responses.csv.gz").read_bytes())
-    res = CliRunner().invoke(app, ["diagnose", str(odd), "--models", "6", "--sampler", "map", "--json",
+    res = CliRunner().invoke(app, ["diagnose", str(odd), "--models", "6", "--json",
                                    str(tmp_path / "d.json")], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     assert "[red]m500[bold].csv.gz" in res.output
@@ -457,6 +459,6 @@ def test_dash_h_is_help_everywhere():
 
 
 def test_more_models_than_the_file_has_is_said(small, tmp_path):
-    res = run("diagnose", small, "--sampler", "map", "--models", "100", "--json", tmp_path / "d.json")
+    res = run("diagnose", small, "--models", "100", "--json", tmp_path / "d.json")
     assert res.exit_code == 0, res.output
     assert "--models 100:" in flat(res.output) and "all 6 are kept" in flat(res.output)

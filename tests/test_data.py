@@ -8,8 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from benchfill.data import Item, infer_format, load_items, load_responses, read_item_groups, select_models
+from benchfill.data import Item, infer_format, load_items, read_item_groups, select_models
 from benchfill.errors import InputError
+from benchfill.importers import load_responses
 
 GOOD = "model,item_id,n_correct,n_trials\na,q1,1,4\na,q2,0,4\nb,q1,4,4\nb,q2,2,4\n"
 
@@ -126,21 +127,22 @@ def test_item_groups(tmp_path):
 
 
 def test_the_load_path_does_not_import_pandas(examples):
-    """Importing benchfill.data and loading a CSV.GZ, a wide CSV, a JSONL file and an items table leave pandas
-    unimported (it costs ~0.3 s of every command); only to_long and responses_from_frame import it."""
+    """Importing the reader every command uses and loading a CSV.GZ, a wide CSV, a JSONL file and an items table
+    leave pandas unimported (it costs ~0.3 s of every command); only to_long and responses_from_frame import it."""
     import subprocess
     import sys
 
     code = (
         "import sys, tempfile, pathlib, benchfill.data as d\n"
+        "from benchfill.importers import load_responses\n"
         "assert 'pandas' not in sys.modules\n"
-        f"r = d.load_responses({str(examples / 'math500.responses.csv.gz')!r})\n"
+        f"r = load_responses({str(examples / 'math500.responses.csv.gz')!r})\n"
         "t = pathlib.Path(tempfile.mkdtemp())\n"
         "(t / 'w.csv').write_text('model,q1,q2\\na,1,0\\nb,1,1\\n')\n"
         "(t / 'r.jsonl').write_text('{\"model\": \"a\", \"item_id\": \"q1\", \"n_correct\": 1, \"n_trials\": 2}\\n'\n"
         "                           '{\"model\": \"b\", \"item_id\": \"q1\", \"n_correct\": 0, \"n_trials\": 2}\\n')\n"
         "(t / 'i.csv').write_text('item_id,benchmark\\nq1,\"A, B\"\\nq2,C\\n')\n"
-        "d.load_responses(t / 'w.csv'); d.load_responses(t / 'r.jsonl')\n"
+        "load_responses(t / 'w.csv'); load_responses(t / 'r.jsonl')\n"
         "assert d.read_item_groups(t / 'i.csv', 'benchmark', ['q1', 'q2']) == {'A, B': ['q1'], 'C': ['q2']}\n"
         "assert 'pandas' not in sys.modules, 'pandas imported on the load path'\n"
         "assert len(r.to_long()) > 0 and 'pandas' in sys.modules\n"

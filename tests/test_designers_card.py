@@ -5,8 +5,16 @@ from __future__ import annotations
 import pytest
 
 from benchfill.data import Item, load_items
-from benchfill.designers.card import (ItemLabel, build_card, canonical_name, detect_language, extract_card,
-                                      keyword_clusters, load_card, save_card, terms)
+from benchfill.designers.card import (
+    ItemLabel,
+    build_card,
+    canonical_name,
+    extract_card,
+    keyword_clusters,
+    load_card,
+    save_card,
+)
+from benchfill.designers.text import detect_language, terms
 from benchfill.errors import InputError
 
 

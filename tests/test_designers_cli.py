@@ -235,7 +235,7 @@ def test_designers_commands_and_api_functions_share_their_defaults():
     import inspect
 
     from benchfill import api
-    from benchfill.designers.cli import designers_app
+    from benchfill.cli_designers import designers_app
 
     pairs = {"card": (api.designers_card, {"max_categories": "max_categories", "examples": "examples",
                                            "config": "config", "name": "name", "language": "language"}),

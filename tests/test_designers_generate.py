@@ -8,8 +8,15 @@ import json
 
 import pytest
 
-from benchfill.designers.generate import (StemIndex, design_messages, generate_suite, normalise_stem, parse_element,
-                                          parse_reply, reply_items)
+from benchfill.designers.generate import (
+    StemIndex,
+    design_messages,
+    generate_suite,
+    normalise_stem,
+    parse_element,
+    parse_reply,
+    reply_items,
+)
 from benchfill.designers.quotas import Slot, make_plan
 from benchfill.models.client import CallResult
 from benchfill.models.grading import grade

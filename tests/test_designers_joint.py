@@ -41,7 +41,7 @@ def test_null_world_detects_nothing_and_recovers_no_shift():
         fit = M.joint_fit(inp)
         prefs = M.preference_tests_logit(inp, fit)
         assert {(p.kind, p.designer) for p in prefs} == {("self", "d0"), ("self", "d1"), ("self", "d2"),
-                                                         ("family", "d1")}
+                                                         ("family", "d1"), ("family_incl_self", "d1")}
         assert not any(p.detected for p in prefs), [(p.kind, p.designer, p.estimate, p.p_value) for p in prefs]
         assert all(abs(p.estimate) < 0.6 for p in prefs)
         mus = [fit.groups[d].mu for d in ("d0", "d1", "d2")]
@@ -57,10 +57,12 @@ def test_planted_preferences_shifts_and_slopes_are_recovered():
     assert g["d2"].mu - g["d0"].mu == pytest.approx(-1.0, abs=0.25)
     assert (g["d0"].beta, g["d1"].beta, g["d2"].beta) == pytest.approx((0.6, -0.6, 0.0), abs=0.12)
     prefs = {(p.kind, p.designer): p for p in M.preference_tests_logit(inp, fit)}
-    # self is the own answerer's effect beyond its family's; family covers d1 and d1-mini
-    assert prefs[("self", "d1")].detected and prefs[("self", "d1")].estimate == pytest.approx(1.5, abs=0.5)
+    # self is the own answerer against the out-of-family answerers: its self bonus plus its family's (1.5 + 1.0);
+    # family is d1-mini alone (the own answerer excluded)
+    assert prefs[("self", "d1")].detected and prefs[("self", "d1")].estimate == pytest.approx(2.5, abs=0.5)
     assert prefs[("family", "d1")].detected and prefs[("family", "d1")].estimate == pytest.approx(1.0, abs=0.35)
-    assert prefs[("self", "d1")].ci_low < 1.5 < prefs[("self", "d1")].ci_high
+    assert prefs[("family", "d1")].answerers == ["d1-mini"]
+    assert prefs[("self", "d1")].ci_low < 2.5 < prefs[("self", "d1")].ci_high
     assert not prefs[("self", "d0")].detected and not prefs[("self", "d2")].detected
     # the residual (observed - expected without interactions) is positive in the planted cells only
     c, t = inp.counts[1]

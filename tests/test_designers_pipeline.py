@@ -110,8 +110,12 @@ def test_planted_broken_rate_is_recovered(stat_run):
 def test_planted_self_preference_is_detected_and_nothing_else(stat_run):
     _, _, res = stat_run
     prefs = {(p["kind"], p["designer"]): p for p in res.report.model_dump(mode="json")["preferences"]}
-    assert set(prefs) == {("self", "plain"), ("self", "selfish"), ("self", "third"), ("family", "selfish")}
+    assert set(prefs) == {("self", "plain"), ("self", "selfish"), ("self", "third"), ("family", "selfish"),
+                          ("family_incl_self", "selfish")}
     assert prefs[("self", "selfish")]["detected"] and prefs[("self", "selfish")]["estimate"] > 0.08
+    # the family row is selfish-mini alone (no bonus planted); the combined row carries the own answerer's bonus
+    assert prefs[("family", "selfish")]["answerers"] == ["selfish-mini"]
+    assert prefs[("family_incl_self", "selfish")]["estimate"] > 0
     for key in [("self", "plain"), ("self", "third"), ("family", "selfish")]:
         assert not prefs[key]["detected"], (key, prefs[key])
 
@@ -150,3 +154,19 @@ def test_rerun_and_resume_make_zero_model_calls(stat_run, tmp_path):
     assert resumed.skipped_stages == ["plan", "generate", "seed"]
     assert by_designer(resumed.report.model_dump(mode="json"))["plain"]["broken_rate"] == by_designer(first.report.model_dump(mode="json"))["plain"]["broken_rate"]
     assert resumed.report.model_dump(mode="json")["preferences"] == first.report.model_dump(mode="json")["preferences"]
+
+
+@pytest.mark.slow
+def test_self_ranking_finds_the_suite_that_ranks_its_creator_first(stat_run):
+    _, _, res = stat_run
+    rows = by_designer(res.report.model_dump(mode="json"))
+    # selfish's model is second on the seed (0.9 vs plain's 1.6); +1.5 logits on its own items puts it first there
+    sr = rows["selfish"]["self_ranking"]
+    assert (sr["rank"], sr["seed_rank"], sr["reference"], sr["gain"]) == (1.0, 2.0, "seed", 1.0)
+    assert sr["rank_ci"][0] == 1.0 and sr["gain_ci"][1] == 1.0 and sr["n_tests"] == 3
+    # near the ceiling (88 % vs 83 % correct, one rollout) a rank moves little: seen p 0.046, not detected after
+    # Bonferroni, where the logit self row (+1.5) is; the rank is the coarser test
+    assert sr["p_value"] < 0.1
+    for name in ("plain", "third"):
+        r = rows[name]["self_ranking"]
+        assert r["rank"] == r["seed_rank"] and not r["detected"], (name, r)

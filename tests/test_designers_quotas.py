@@ -6,8 +6,16 @@ from collections import Counter
 
 import pytest
 
-from benchfill.designers.quotas import (AXES, QuotaSpec, axis_targets, batches, deficits, largest_remainder,
-                                        load_quotas, make_plan)
+from benchfill.designers.quotas import (
+    AXES,
+    QuotaSpec,
+    axis_targets,
+    batches,
+    deficits,
+    largest_remainder,
+    load_quotas,
+    make_plan,
+)
 from benchfill.errors import InputError
 
 

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from benchfill.designers.validate import (Answer, answer_key, choose_strong, dynamic_flags, judge_validator,
-                                          panel_summary)
+from benchfill.designers.validate import (
+    Answer,
+    answer_key,
+    choose_strong,
+    dynamic_flags,
+    judge_validator,
+    panel_summary,
+)
 
 
 def A(answerer: str, label: str, extracted: str | None = None, k: int = 0) -> Answer:

@@ -99,7 +99,7 @@ def test_posterior_intervals_of_the_metrics_cover_the_truth():
     reps = 100
     hits = {k: 0 for k in ("ddm", "max_gap", "top5_sum")}
     settings = SamplerSettings(method="fast", chains=4, tune=300, draws=300, seed=0)
-    for r in range(reps):
+    for _ in range(reps):
         theta, b = rng.normal(size=12), rng.normal(size=120)
         resp = simulate_responses(theta, b, 4, seed=rng)
         fit = fit_irt(resp, IRTSpec(), settings)

@@ -202,7 +202,7 @@ def test_full_vs_adaptive_on_the_same_gaps_over_seeds(tmp_path, bench):
 def test_a_crash_inside_adaptive_labelling_resumes_to_the_unbroken_runs_items(tmp_path, bench):
     items, resp = bench
     cfg = write(tmp_path, "adaptive", "a.toml")
-    base = ["fill", str(items), "--responses", str(resp), "--config", str(cfg), "--sampler", "map", "--models", "6",
+    base = ["fill", str(items), "--responses", str(resp), "--config", str(cfg), "--models", "6",
             "--gaps", "1", "--allow-floor-gaps"]
     ref = _cli(base + ["--out", str(tmp_path / "ref")])
     assert ref.returncode == 0, ref.stderr

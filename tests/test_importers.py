@@ -15,9 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from benchfill.cli import app
-from benchfill.data import load_items, load_panel, load_responses
+from benchfill.data import load_items
 from benchfill.errors import InputError
-from benchfill.importers import Options, detect, import_logs
+from benchfill.importers import Options, detect, import_logs, load_panel, load_responses
 from benchfill.importers.inspect_log import value_to_float
 
 FIX = Path(__file__).parent / "fixtures" / "importers"
@@ -267,11 +267,11 @@ def test_cli_import_bad_input_is_one_line_exit_2(tmp_path):
 
 
 def test_diagnose_and_suite_by_task_straight_from_a_log_folder(tmp_path):
-    res = runner.invoke(app, ["diagnose", str(FIX / "lmeval"), "--sampler", "map", "--json",
+    res = runner.invoke(app, ["diagnose", str(FIX / "lmeval"), "--json",
                               str(tmp_path / "d.json")], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "d.json").read_text())["n_items"] == 14
-    res = runner.invoke(app, ["suite", str(FIX / "lmeval"), "--by", "task", "--sampler", "map", "--out",
+    res = runner.invoke(app, ["suite", str(FIX / "lmeval"), "--by", "task", "--out",
                               str(tmp_path / "s")], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     summary = json.loads((tmp_path / "s" / "summary.json").read_text())
@@ -301,7 +301,7 @@ def test_fill_runs_and_resumes_straight_from_a_log_folder(tmp_path):
                                str(items)]).exit_code == 0
     config = Path(__file__).parents[1] / "examples" / "fill_sim.toml"
     args = ["fill", str(items), "--responses", str(logs), "--config", str(config), "--out", str(tmp_path / "run"),
-            "--gaps", "1", "--sampler", "map"]
+            "--gaps", "1"]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     assert runner.invoke(app, [*args, "--resume"]).exit_code == 0

@@ -111,6 +111,7 @@ def test_r4_detects_a_misspecified_fit():
     assert C.check_r4_ppc(r, fit).passed is False
 
 
+@pytest.mark.slow  # a whole command end to end (> 10 s): the full suite runs it
 def test_robustness_loo_and_bic():
     theta, b, r = small_world(40, n_trials=8)
     full = fit_irt(r, IRTSpec(), SamplerSettings(method="map"))

@@ -9,7 +9,8 @@ from scipy.integrate import quad
 from scipy.special import expit
 
 import benchfill.irt.fast as fast
-from benchfill.data import ResponseMatrix, load_responses, select_models
+from benchfill.data import ResponseMatrix, select_models
+from benchfill.importers import load_responses
 from benchfill.irt.fit import fit_irt
 from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings
 from benchfill.irt.prior import Population
@@ -261,6 +262,7 @@ def test_poor_proposal_fit_is_detected_and_nuts_takes_over(monkeypatch):
     assert np.isnan(fit.extra["fast"]["acceptance"]).all()
 
 
+@pytest.mark.slow  # a whole command end to end (> 10 s): the full suite runs it
 def test_bundled_example_with_48_models_is_sampled_by_imh_and_converges(examples):
     """The bundled MATH-500 matrix: 48 models x 500 items x ~1,100 rollouts, a 48-dimensional ability posterior
     (the refitted-moments proposal this replaced fell to 0.13 importance efficiency here and handed over to NUTS)."""

@@ -282,7 +282,7 @@ def test_tiny_fill_completes_with_verdicts_counts_and_trace(server, tmp_path):
         + "[judge]\n" + model_table(server, "judge", 0.0, 64)
         + "[fill]\nparents = 1\nchildren_per_parent = 2\nreferences = 2\nseed_items = 4\nmax_rounds = 1\n"
         + panel)
-    summary = api.fill(items, resp, cfg, tmp_path / "out", gaps=1, sampler="map", allow_floor_gaps=True)
+    summary = api.fill(items, resp, cfg, tmp_path / "out", gaps=1, allow_floor_gaps=True)
     assert summary.simulated is False
     gap = summary.methods["benchfill"].gaps[0]
     assert gap.status in ("filled", "unfilled")

@@ -6,13 +6,8 @@ import asyncio
 import sqlite3
 import subprocess
 import sys
-import types
-
-import pytest
 
 from benchfill.models.cache import CallCache, call_key, scrub, strip_secrets
-from benchfill.models.client import ModelClient
-from benchfill.models.config import ModelConfig
 
 MSG = [{"role": "user", "content": "hi"}]
 

@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+from openai_stub import default_responder
 
 from benchfill.models.client import CallsFailed
 from benchfill.models.evaluate import evaluate
-from openai_stub import default_responder
 
 SECRET = "sk-test-SECRET-evaluate-77"
 REPO = Path(__file__).resolve().parents[1]
@@ -151,6 +151,7 @@ def _start_slow_evaluate(stub, items, config, out) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow  # a whole command end to end (> 10 s): the full suite runs it
 def test_kill_9_and_resume_equals_unbroken_run(stub, tmp_path):
     items = make_items(tmp_path / "items.jsonl", 10)
     config = make_config(tmp_path / "run.toml", stub, concurrency=2, rollouts=2)

@@ -8,7 +8,13 @@ from benchfill.data import Item
 from benchfill.errors import InputError
 from benchfill.models.config import config_from_dict
 from benchfill.models.prompts import (
-    BUILTIN_DIR, PromptLibrary, answer_messages, grade_judge_messages, render, rewrite_messages, validity_messages,
+    BUILTIN_DIR,
+    PromptLibrary,
+    answer_messages,
+    grade_judge_messages,
+    render,
+    rewrite_messages,
+    validity_messages,
 )
 
 BUILTINS = ["answer_mcq", "answer_math", "answer_numeric", "answer_short", "answer_open", "rewrite", "rewrite_blind",

@@ -11,7 +11,7 @@ import sqlite3
 import numpy as np
 import pytest
 from test_fill import SIM_CONFIG, config_error, fill, make_benchmark
-from test_fill_adaptive import J, ROLLOUTS, answer, make_scale
+from test_fill_adaptive import ROLLOUTS, J, answer, make_scale
 
 from benchfill.data import Item
 from benchfill.graphs import prescreen
@@ -121,7 +121,7 @@ def test_minilm_without_the_extra_stops_with_one_line(tmp_path, monkeypatch):
                    + 'labelling = "adaptive"\nprescreen = "minilm"\n')
     monkeypatch.setattr(prescreen, "minilm_available", lambda: False)
     res = CliRunner().invoke(app, ["fill", str(items), "--responses", str(resp), "--config", str(cfg), "--out",
-                                   str(tmp_path / "out"), "--sampler", "map", "--models", "6"])
+                                   str(tmp_path / "out"), "--models", "6"])
     assert res.exit_code == 2
     assert "pip install 'benchfill[prescreen]'" in res.output and "Traceback" not in res.output
     assert not (tmp_path / "out" / "memory.sqlite").exists()

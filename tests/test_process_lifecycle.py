@@ -114,7 +114,7 @@ def test_a_fill_stopped_by_sigterm_or_sigkill_resumes_to_the_same_result(tmp_pat
 
     items, resp = make_benchmark(tmp_path)
     cfg = write_config(tmp_path, max_rounds=2)
-    base = ["fill", str(items), "--responses", str(resp), "--config", str(cfg), "--sampler", "map", "--models", "6",
+    base = ["fill", str(items), "--responses", str(resp), "--config", str(cfg), "--models", "6",
             "--gaps", "2"]
     ref = subprocess.run([sys.executable, "-m", "benchfill.cli", *base, "--out", str(tmp_path / "ref")],
                          capture_output=True, text=True, timeout=600)

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+import real_shapes as R
 from scipy.stats import beta
 
-import real_shapes as R
 from benchfill.diagnostics import metrics as M
 from benchfill.irt.simulate import simulate_responses
 

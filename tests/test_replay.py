@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from benchfill.cli import app
-from benchfill.data import load_items, load_responses
+from benchfill.data import load_items
+from benchfill.importers import load_responses
 from benchfill.models.replay import ReplayWorld, split_for_replay
 from benchfill.models.sim import text_key
 
@@ -83,7 +84,7 @@ def test_a_replay_fill_runs_end_to_end_and_knows_each_childs_truth(tmp_path):
     cfg = tmp_path / "replay.toml"
     cfg.write_text((REPO / "examples" / "fill_replay.toml").read_text().replace("max_rounds = 8", "max_rounds = 2"))
     res = CliRunner().invoke(app, ["fill", str(items), "--responses", str(resp), "--config", str(cfg), "--out",
-                                   str(tmp_path / "out"), "--gaps", "1", "--sampler", "map", "--models", "12"])
+                                   str(tmp_path / "out"), "--gaps", "1", "--models", "12"])
     assert res.exit_code == 0, res.output
     assert "REPLAY: the panel replays real models' answers" in res.output
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())

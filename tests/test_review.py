@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from benchfill.cli import app
-from benchfill.graphs.trace import review_item, review_queue
 from benchfill.memory.bank import MemoryBank
+from benchfill.memory.trace import review_item, review_queue
 
 runner = CliRunner()
 

@@ -14,7 +14,7 @@ from openai_stub import StubServer
 from pydantic import BaseModel
 
 from benchfill.data import Item
-from benchfill.models.client import ModelClient, SCHEMA_FORMS, response_format
+from benchfill.models.client import SCHEMA_FORMS, ModelClient, response_format
 from benchfill.models.config import ModelConfig
 from benchfill.models.grading import Grader, JudgeReply
 
@@ -144,9 +144,9 @@ def test_structured_output_off_sends_no_format(stub, tmp_path):
 
 
 def test_simulated_models_keep_their_cache_keys(tmp_path):
+    from benchfill.graphs.fill import Children
     from benchfill.models.prompts import rewrite_messages
     from benchfill.models.sim import SimWorld
-    from benchfill.graphs.fill import Children
 
     item = Item(id="p1", question="What is 2 + 3?", answer="5", format="numeric")
     messages = rewrite_messages(item, target=5.0)

@@ -7,7 +7,6 @@ where it is absent; the HTML and the server are also checked without a browser."
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -21,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from benchfill.memory.bank import MemoryBank
-from benchfill.viewer import build_report, report_data
+from benchfill.viewer import report_data
 from benchfill.viewer.server import ViewServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -103,7 +102,7 @@ def test_fill_writes_a_self_contained_report(known_run):
 
 
 def test_report_data_matches_the_trace(known_run):
-    from benchfill.graphs.trace import gap_trace
+    from benchfill.memory.trace import gap_trace
 
     data = report_data(known_run)
     bank = MemoryBank(known_run / "memory.sqlite")

@@ -67,8 +67,10 @@ class SimDesignerConfig(BaseModel):
         level_slope: b grows by this much per requested level step (L3 is the centre).
         difficulty_noise: SD of b around shift + slope (level - 3).
         noise_rate: share of items answered at chance whatever the ability (low discrimination).
-        family_bonus: logit bonus of answerers of the designer's family on its items (family preference).
-        self_bonus: logit bonus of the designer's own answerer on its items (self preference).
+        family_bonus: logit bonus of every answerer of the designer's family on its items, its own answerer
+            included (family preference).
+        self_bonus: logit bonus of the designer's own answerer on its items, on top of ``family_bonus`` (self
+            preference; the report's ``self`` row, against the out-of-family answerers, estimates the sum).
         duplicate_rate: share of items that repeat the previous stem of the batch.
         malformed_rate: share of replies that are not JSON at all.
         off_spec_rate: share of items written to a random other spec (category / format / level / intent).

@@ -20,7 +20,8 @@ Model, for answerer a and item i of group g (a designer, or ``seed``)::
 Each item's b is integrated out (Gauss-Hermite, ``nodes`` points), so only theta, mu, beta, log sigma and gamma are
 optimised (L-BFGS with the analytic gradient): marginal ML is consistent where a joint mode of (theta, b) with few
 answers per item compresses the scale. Intervals: the inverse of the observed information (a finite-difference
-Hessian of the analytic gradient). Item b: posterior mean and SD given the fitted parameters (EAP).
+Hessian of the analytic gradient); ``gamma_cov`` keeps the interactions' block of it, for linear combinations of
+the gammas. Item b: posterior mean and SD given the fitted parameters (EAP).
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ class JointFit:
     iterations: int
     p_main: np.ndarray = field(repr=False)  # (J, I) P(correct) with every interaction set to 0
     p_full: np.ndarray = field(repr=False)  # (J, I) fitted P(correct)
+    # (K, K) covariance of the interactions, in the order of ``gamma``: a linear combination's SE needs it
+    gamma_cov: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
 
     def info(self) -> dict[str, Any]:
         slopes = any(g.slope is not None for g in self.groups.values())
@@ -122,7 +125,7 @@ def fit_joint(n_correct: np.ndarray, n_trials: np.ndarray, groups: Sequence[str]
     gnames = list(dict.fromkeys(groups))
     G = len(gnames)
     gi = np.array([gnames.index(g) for g in groups], int)
-    lv = np.array([np.nan if (levels is None or levels[i] is None) else float(levels[i]) for i in range(I)])
+    lv = np.array([np.nan if v is None else float(v) for v in (levels if levels is not None else [None] * I)])
     x = np.where(np.isfinite(lv), lv - 3.0, 0.0)
     # beta is estimable for a group whose items span at least two declared levels
     has_beta = np.array([len(set(lv[(gi == g) & np.isfinite(lv)].tolist())) >= 2 for g in range(G)])
@@ -130,10 +133,9 @@ def fit_joint(n_correct: np.ndarray, n_trials: np.ndarray, groups: Sequence[str]
     nB = int(has_beta.sum())
     knames = list(interactions or {})
     K = len(knames)
-    X = np.array([np.asarray(interactions[k], float) for k in knames]) if K else np.zeros((0, J, I))
+    X = np.array([np.asarray(interactions[k], float) for k in knames]) if interactions and K else np.zeros((0, J, I))
     z, wq = np.polynomial.hermite_e.hermegauss(nodes)
     logw = np.log(wq / wq.sum())
-    Q = len(z)
     # parameters: theta (J), mu (G), beta (nB), log sigma (G), gamma (K), log a (G if slopes)
     o_m, o_b, o_s, o_g = J, J + G, J + G + nB, J + 2 * G + nB
     o_a = o_g + K
@@ -231,4 +233,4 @@ def fit_joint(n_correct: np.ndarray, n_trials: np.ndarray, groups: Sequence[str]
     return JointFit(list(answerers) if answerers is not None else [f"a{j}" for j in range(J)], th, se[:J],
                     b_mean, b_sd, out_groups, {k: float(ga[i]) for i, k in enumerate(knames)},
                     {k: float(se[o_g + i]) for i, k in enumerate(knames)}, bool(res.success), int(res.nit),
-                    p_main, p_full)
+                    p_main, p_full, cov[o_g:o_a, o_g:o_a].copy())

@@ -12,6 +12,10 @@ logits (larger = harder); correlations are unitless.
 - :func:`kendall_tau` — ranking preservation (answerer ranking on a suite vs on the seed benchmark).
 - :func:`preference_tests` — self / family preference: difference in differences on the designer x answerer
   accuracy matrix, with item-bootstrap standard errors and a Bonferroni decision.
+- :func:`preference_tests_logit` — the same on the logit scale, from the joint fit's disjoint interactions (self,
+  family, and the family including self as their answer-weighted mean).
+- :func:`self_ranking` — does a designer's suite rank its own model higher than the seed benchmark (else the joint
+  fit's ability) does? Item-bootstrap interval and a one-sided bootstrap test.
 - :func:`order_effect` — generation-order degradation: the linear change of the broken rate from the first to the
   last item of a designer's reply, with a bootstrap interval and a permutation test.
 - :func:`correlation` — Spearman / Pearson across designers (designing vs answering ability; broken vs
@@ -23,7 +27,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
@@ -242,11 +246,12 @@ def accuracy_matrix(counts: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarr
     return np.array(rows, float)
 
 
-def did_self(A: np.ndarray, d: int, a: int) -> np.ndarray:
+def did_self(A: np.ndarray, d: int, a: int, reference: Sequence[int] | None = None) -> np.ndarray:
     """Self-preference of designer ``d`` for its own answerer ``a`` on matrices A (..., D, J):
-    (A[d,a] - mean_{d' != d} A[d',a]) - mean_{a' != a} (A[d,a'] - mean_{d' != d} A[d',a'])."""
+    (A[d,a] - mean_{d' != d} A[d',a]) - mean_{a' in reference} (A[d,a'] - mean_{d' != d} A[d',a']);
+    ``reference``: the answerers compared against (default: every other answerer)."""
     others_d = [k for k in range(A.shape[-2]) if k != d]
-    others_a = [k for k in range(A.shape[-1]) if k != a]
+    others_a = list(reference) if reference is not None else [k for k in range(A.shape[-1]) if k != a]
     gain = A[..., d, :] - np.nanmean(A[..., others_d, :], axis=-2)  # (..., J): how much easier d's items are
     return gain[..., a] - np.nanmean(gain[..., others_a], axis=-1)
 
@@ -263,9 +268,11 @@ def did_family(A: np.ndarray, d: int, in_group: Sequence[int], out_group: Sequen
 class Preference:
     """One preference test. ``estimate``: difference in differences (accuracy points as a share, e.g. 0.12);
     ``se``: item-bootstrap standard error; ``ci_low``/``ci_high``: the normal (1 - alpha) interval;
-    ``p_value``: two-sided normal p; ``detected``: p below alpha / number of tests (Bonferroni)."""
+    ``p_value``: two-sided normal p; ``detected``: p below alpha / number of tests (Bonferroni).
+    ``kind``: ``self`` (the own answerer), ``family`` (the family's other answerers), ``family_incl_self`` (both,
+    logit scale only); each relative to the answerers outside the family."""
 
-    kind: Literal["self", "family"]
+    kind: Literal["self", "family", "family_incl_self"]
     designer: str
     family: str
     answerers: list[str]
@@ -311,9 +318,10 @@ def bootstrap_matrices(counts: Sequence[tuple[np.ndarray, np.ndarray]], B: int, 
 
 
 def preference_tests(inp: PreferenceInputs, *, B: int = 1000, alpha: float = 0.05, seed: int = 0) -> list[Preference]:
-    """Self-preference for every designer with its own answerer on the panel, and family preference for every
-    designer with answerers of its family (the self answerer excluded: that is self-preference) and answerers
-    and control designers of other families. Bonferroni over all tests run."""
+    """Self-preference for every designer with its own answerer on the panel (against the out-of-family answerers,
+    as the logit test), and family preference for every designer with answerers of its family (the self answerer
+    excluded: that is self-preference) and answerers and control designers of other families. Bonferroni over all
+    tests run."""
     D, J = len(inp.designers), len(inp.answerers)
     if D < 2 or J < 2:
         return []
@@ -331,31 +339,40 @@ def _preference_tests(inp: PreferenceInputs, B: int, alpha: float, seed: int) ->
     for d, name in enumerate(inp.designers):
         fam = inp.designer_family[name]
         own = inp.self_answerer.get(name)
-        if own is not None and own in jpos:
-            a = jpos[own]
-            est = float(did_self(A, d, a))
-            se = float(np.nanstd(did_self(boot, d, a), ddof=1))
-            raw.append(("self", name, [own], [n for k, n in enumerate(inp.designers) if k != d], est, se))
         in_group = [j for j, a in enumerate(inp.answerers) if inp.answerer_family[a] == fam and a != own]
         out_group = [j for j, a in enumerate(inp.answerers) if inp.answerer_family[a] != fam and a != own]
+        if own is not None and own in jpos:
+            a = jpos[own]
+            # against the out-of-family answerers, as the logit test (a kin answerer's own bonus would cancel it)
+            ref = out_group or None
+            est = float(did_self(A, d, a, ref))
+            se = float(np.nanstd(did_self(boot, d, a, ref), ddof=1))
+            raw.append(("self", name, [own], [n for k, n in enumerate(inp.designers) if k != d], est, se))
         control = [k for k, other in enumerate(inp.designers) if k != d and inp.designer_family[other] != fam]
         if in_group and out_group and control:
             est = float(did_family(A, d, in_group, out_group, control))
             se = float(np.nanstd(did_family(boot, d, in_group, out_group, control), ddof=1))
             raw.append(("family", name, [inp.answerers[j] for j in in_group],
                         [inp.designers[k] for k in control], est, se))
-    m = sum(1 for r in raw if math.isfinite(r[4]) and math.isfinite(r[5]) and r[5] > 0)
+    return _wald_tests([(k, n, inp.designer_family[n], who, ctl, est, se) for k, n, who, ctl, est, se in raw], alpha)
+
+
+def _wald_tests(raw: Sequence[tuple[str, str, str, list[str], list[str], float, float]], alpha: float
+                ) -> list[Preference]:
+    """(kind, designer, family, answerers, controls, estimate, se) rows -> Preference: two-sided normal p, normal
+    (1 - alpha) interval, detected = p < alpha / the number of testable rows (Bonferroni over every row)."""
+    m = sum(1 for r in raw if math.isfinite(r[5]) and math.isfinite(r[6]) and r[6] > 0)
     z_ci = stats.norm.ppf(1 - alpha / 2)
     out = []
-    for kind, name, who, controls, est, se in raw:
+    for kind, name, fam, who, controls, est, se in raw:
         if math.isfinite(est) and math.isfinite(se) and se > 0:
             p = float(2 * stats.norm.sf(abs(est / se)))
             lo, hi = est - z_ci * se, est + z_ci * se
             detected = p < alpha / max(m, 1)
         else:
             p, lo, hi, detected = float("nan"), float("nan"), float("nan"), False
-        out.append(Preference(kind, name, inp.designer_family[name], who, controls, est, se, lo, hi, p,  # type: ignore[arg-type]
-                              bool(detected), m))
+        out.append(Preference(kind, name, fam, who, controls, float(est), float(se),  # type: ignore[arg-type]
+                              float(lo), float(hi), p, bool(detected), m))
     return out
 
 
@@ -383,9 +400,15 @@ class JointInputs:
 def interaction_masks(inp: JointInputs) -> tuple[dict[str, np.ndarray], list[tuple[str, str, list[str]]]]:
     """The (J, I) 0/1 designs of the preference interactions, and (kind, designer, answerers) per term.
 
-    family:<d> = every answerer of d's family (its own model included) on d's items, when the family has an answerer
-    other than d's own; self:<d> = d's own answerer on d's items, on top of its family's effect (where there is no
-    family term it is the whole own-model effect)."""
+    The masks of one designer are disjoint, so each coefficient is relative to the same reference (d's items x the
+    answerers with no term of d) and neither takes a share of the other's effect:
+
+    - ``self:<d>`` = d's own answerer on d's items (when it is on the panel);
+    - ``family:<d>`` = the OTHER answerers of d's family (own answerer excluded) on d's items, when there is one and
+      the panel has an answerer outside the family (the reference).
+
+    So both are relative to the out-of-family answerers; where d has no family term, self is relative to every other
+    answerer (all outside the family unless the panel has no outsider)."""
     J = len(inp.answerers)
     sizes = [c.shape[1] for c, _ in inp.counts] + ([inp.seed_counts[0].shape[1]] if inp.seed_counts else [])
     offsets = np.r_[0, np.cumsum(sizes)]
@@ -398,18 +421,18 @@ def interaction_masks(inp: JointInputs) -> tuple[dict[str, np.ndarray], list[tup
             continue
         fam = inp.designer_family[name]
         own = inp.self_answerer.get(name)
-        in_fam = [j for j, a in enumerate(inp.answerers) if inp.answerer_family.get(a) == fam]
-        others = [j for j in in_fam if inp.answerers[j] != own]
-        if others and len(in_fam) < J:
-            m = np.zeros((J, total))
-            m[in_fam, lo:hi] = 1.0
-            masks[f"family:{name}"] = m
-            terms.append(("family", name, [inp.answerers[j] for j in in_fam]))
+        others = [j for j, a in enumerate(inp.answerers) if inp.answerer_family.get(a) == fam and a != own]
+        outside = [j for j, a in enumerate(inp.answerers) if inp.answerer_family.get(a) != fam and a != own]
         if own is not None and own in inp.answerers:
             m = np.zeros((J, total))
             m[inp.answerers.index(own), lo:hi] = 1.0
             masks[f"self:{name}"] = m
             terms.append(("self", name, [own]))
+        if others and outside:
+            m = np.zeros((J, total))
+            m[others, lo:hi] = 1.0
+            masks[f"family:{name}"] = m
+            terms.append(("family", name, [inp.answerers[j] for j in others]))
     return masks, terms
 
 
@@ -437,27 +460,138 @@ def joint_fit(inp: JointInputs, *, with_interactions: bool = True, slopes: bool 
                      interactions=masks, answerers=inp.answerers, slopes=slopes)
 
 
-def preference_tests_logit(inp: JointInputs, fit: Any, *, alpha: float = 0.05) -> list[Preference]:
-    """Self / family preference on the logit scale from the joint fit: Wald z of each interaction (Laplace /
-    observed-information SE), Bonferroni over all tests. ``estimate`` is in logits; ``controls`` lists the other
-    designers (the interaction is relative to the out-of-family answerers on the same items, adjusted for every
-    answerer's ability and every item's difficulty)."""
+def preference_tests_logit(inp: JointInputs, fit: Any, *, alpha: float = 0.05, combined: bool = True
+                           ) -> list[Preference]:
+    """Self / family preference on the logit scale from the joint fit: Wald z of each interaction (observed-
+    information SE), Bonferroni over every row returned. ``estimate`` is in logits, relative to the out-of-family
+    answerers on the same items, adjusted for every answerer's ability and every item's difficulty (see
+    :func:`interaction_masks`); ``controls`` lists the other designers.
+
+    With ``combined``, a designer with both a self and a family term gets a third row, ``family_incl_self``: the
+    family's answerers own model included against the outsiders, i.e. the mean of the two coefficients weighted by
+    the answerers they cover (1 and n_others: every answerer answers the same items, so this is the mean over the
+    family's answer cells), with its SE from the fit's covariance. It is a fixed linear combination of one fit, not
+    a refit with a pooled term: a pooled term would weight the answerers by their information (near-ceiling
+    answerers count less), so its estimand would move with the panel's abilities."""
     _, terms = interaction_masks(inp)
-    m = sum(1 for kind, name, _ in terms if math.isfinite(fit.gamma_se.get(f"{kind}:{name}", float("nan")))
-            and fit.gamma_se[f"{kind}:{name}"] > 0)
-    z_ci = stats.norm.ppf(1 - alpha / 2)
-    out = []
+    keys = list(fit.gamma)
+    raw: list[tuple[str, str, str, list[str], list[str], float, float]] = []
     for kind, name, who in terms:
-        est, se = fit.gamma[f"{kind}:{name}"], fit.gamma_se[f"{kind}:{name}"]
-        if math.isfinite(est) and math.isfinite(se) and se > 0:
-            p = float(2 * stats.norm.sf(abs(est / se)))
-            lo, hi, det = est - z_ci * se, est + z_ci * se, p < alpha / max(m, 1)
-        else:
-            p, lo, hi, det = float("nan"), float("nan"), float("nan"), False
-        out.append(Preference(kind, name, inp.designer_family[name], who,  # type: ignore[arg-type]
-                              [o for o in inp.designers if o != name], float(est), float(se), float(lo), float(hi),
-                              p, bool(det), m))
-    return out
+        fam, controls = inp.designer_family[name], [o for o in inp.designers if o != name]
+        raw.append((kind, name, fam, who, controls, fit.gamma[f"{kind}:{name}"], fit.gamma_se[f"{kind}:{name}"]))
+        if combined and kind == "family" and f"self:{name}" in fit.gamma:
+            own = inp.self_answerer[name]
+            idx = [keys.index(f"self:{name}"), keys.index(f"family:{name}")]
+            w = np.array([1.0, len(who)]) / (1 + len(who))
+            est = float(w @ np.array([fit.gamma[keys[i]] for i in idx]))
+            var = float(w @ fit.gamma_cov[np.ix_(idx, idx)] @ w)
+            raw.append(("family_incl_self", name, fam, [own, *who], controls, est, math.sqrt(max(var, 0.0))))
+    return _wald_tests(raw, alpha)
+
+
+# ----------------------------------------------------------------------------------------------- self-ranking
+
+
+@dataclass(frozen=True)
+class SelfRanking:
+    """Does designer d's suite rank its own model higher than a reference does? Ranks among the panel's answerers
+    (1 = best; ties share their mean rank).
+
+    Attributes:
+        rank: the own answerer's rank by accuracy on d's core items; ``rank_ci`` its item-bootstrap (1 - alpha)
+            percentile interval (d's items resampled).
+        seed_rank: its rank by accuracy on the seed benchmark (None without seed accuracies).
+        ability_rank: its rank by the joint fit's ability theta (every designer's items and the seed, each
+            designer's self / family interactions taken out; None without a fit).
+        others_rank: its rank by accuracy on the other designers' core items pooled (descriptive only: a designer
+            that favours its own model lifts that model there, which moves everyone else's rank).
+        reference: ``seed`` where there is a seed rank, else ``ability``; ``gain`` = reference rank - rank (> 0: d's
+            suite lifts its creator), ``gain_ci`` its interval. The reference is held fixed: the interval is the
+            sampling error of d's items only.
+        p_value: one-sided bootstrap p of no gain, (1 + replicates with gain <= 0) / (1 + replicates); a model
+            already first on the reference has no room to gain (p = 1). ``detected``: p below alpha / ``n_tests``
+            (Bonferroni over the designers tested).
+    """
+
+    designer: str
+    answerer: str
+    n_items: int
+    n_answerers: int
+    rank: float
+    rank_ci: tuple[float | None, float | None]
+    seed_rank: float | None
+    ability_rank: float | None
+    others_rank: float | None
+    reference: Literal["seed", "ability"] | None
+    gain: float | None
+    gain_ci: tuple[float | None, float | None]
+    p_value: float
+    detected: bool = False
+    n_tests: int = 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**{k: (_f(v) if isinstance(v, float) else v) for k, v in asdict(self).items()},
+                "rank_ci": [_f(x) for x in self.rank_ci], "gain_ci": [_f(x) for x in self.gain_ci]}
+
+
+def rank_of(values: Sequence[float], j: int) -> float:
+    """Rank of answerer ``j`` among the answerers with a finite value (1 = highest, ties averaged; NaN if its own
+    value is not finite)."""
+    v = np.asarray(values, float)
+    ok = np.isfinite(v)
+    if not ok[j]:
+        return float("nan")
+    return float(stats.rankdata(-v[ok])[int(ok[:j].sum())])
+
+
+def _rank_on(c: np.ndarray, t: np.ndarray, j: int):
+    """idx -> the rank of answerer j by accuracy on the items idx of (J, I) counts (a bootstrap statistic)."""
+    return lambda idx: rank_of(accuracy_matrix([(c[:, idx], t[:, idx])])[0], j)
+
+
+def self_ranking(inp: PreferenceInputs, seed_accuracy: Mapping[str, float | None] | None = None,
+                 ability: Mapping[str, float] | None = None, *, B: int = 1000, seed: int = 0, alpha: float = 0.05
+                 ) -> list[SelfRanking]:
+    """The self-ranking test for every designer whose own answerer is on the panel (see :class:`SelfRanking`).
+
+    Args:
+        seed_accuracy: answerer -> accuracy on the seed benchmark (the preferred reference).
+        ability: answerer -> the joint fit's theta (the reference without a seed rank)."""
+
+    def per_answerer(m: Mapping[str, float | None] | None) -> np.ndarray | None:
+        return None if not m else np.array([np.nan if m.get(a) is None else float(m[a]) for a in inp.answerers])
+
+    A = accuracy_matrix(inp.counts)
+    sa, ab = per_answerer(seed_accuracy), per_answerer(ability)
+    raw = []
+    for d, name in enumerate(inp.designers):
+        own = inp.self_answerer.get(name)
+        if own is None or own not in inp.answerers:
+            continue
+        j = inp.answerers.index(own)
+        c, t = inp.counts[d]
+        others = [k for k in range(len(inp.designers)) if k != d and inp.counts[k][0].shape[1]]
+        pooled = [(np.concatenate([inp.counts[k][0] for k in others], 1),
+                   np.concatenate([inp.counts[k][1] for k in others], 1))] if others else []
+        others_rank = _f(rank_of(accuracy_matrix(pooled)[0], j)) if pooled else None
+        seed_rank = _f(rank_of(sa, j)) if sa is not None else None
+        ability_rank = _f(rank_of(ab, j)) if ab is not None else None
+        ref, ref_name = ((seed_rank, "seed") if seed_rank is not None else
+                         (ability_rank, "ability") if ability_rank is not None else (None, None))
+        rank = rank_of(A[d], j)
+        reps = bootstrap_replicates(c.shape[1], _rank_on(c, t, j), B=B, seed=seed + d)
+        lo, hi = _percentile_interval(reps, B, alpha)
+        gain, gain_ci, p = None, (None, None), float("nan")
+        if ref is not None and math.isfinite(rank):
+            gain = ref - rank
+            gain_ci = (None, None) if lo is None or hi is None else (ref - hi, ref - lo)
+            if len(reps):
+                p = float((1 + np.sum(ref - reps <= 0)) / (1 + len(reps)))
+        raw.append(SelfRanking(name, own, int(c.shape[1]), int(np.isfinite(A[d]).sum()), rank, (lo, hi), seed_rank,
+                               ability_rank, others_rank, ref_name, gain, gain_ci, p))  # type: ignore[arg-type]
+    m = sum(math.isfinite(r.p_value) for r in raw)
+    return [replace(r, detected=bool(math.isfinite(r.p_value) and r.p_value < alpha / max(m, 1)), n_tests=max(m, 1))
+            for r in raw]
 
 
 # ----------------------------------------------------------------------------------------------- calibration
@@ -582,7 +716,12 @@ def bootstrap_interval(n: int, stat, *, B: int = 1000, seed: int = 0, alpha: flo
                        ) -> tuple[float | None, float | None]:
     """Percentile (1 - alpha) interval of ``stat(idx)`` over B resamples of range(n) with replacement (seeded);
     (None, None) when n < 2 or every replicate is undefined."""
-    vals = bootstrap_replicates(n, stat, B=B, seed=seed)
+    return _percentile_interval(bootstrap_replicates(n, stat, B=B, seed=seed), B, alpha)
+
+
+def _percentile_interval(vals: np.ndarray, B: int, alpha: float) -> tuple[float | None, float | None]:
+    """The (1 - alpha) percentile interval of bootstrap replicates; (None, None) when fewer than a tenth of the B
+    replicates (at least 10) are defined."""
     if len(vals) < max(10, B // 10):
         return None, None
     return float(np.quantile(vals, alpha / 2)), float(np.quantile(vals, 1 - alpha / 2))

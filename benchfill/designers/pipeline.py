@@ -27,20 +27,20 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from benchfill.data import ResponseMatrix, load_items, load_responses
+from benchfill.data import ResponseMatrix, load_items
 from benchfill.designers import metrics as M
 from benchfill.designers.card import DomainCard, load_card
 from benchfill.designers.config import DesignersConfig, load_designers_config, validate_designers_config
 from benchfill.designers.generate import DesignedItem, generate_suite
-from benchfill.designers.results import SIM_NOTE, CallUsage, DesignersReport, DesignersRun
 from benchfill.designers.quotas import AXES, Plan, QuotaSpec, axis_targets, design_format, load_quotas, make_plan
-from benchfill.designers.validate import (Answer, ItemVerdict, answer_items, choose_strong, count_matrix,
-                                          judge_items)
+from benchfill.designers.results import SIM_NOTE, CallUsage, DesignersReport, DesignersRun
+from benchfill.designers.validate import Answer, ItemVerdict, answer_items, choose_strong, count_matrix, judge_items
 from benchfill.errors import InputError
+from benchfill.importers import load_responses
 from benchfill.io import atomic_write_json, atomic_write_text
 
 CALLS_DB = "calls.sqlite"
-REPORT_VERSION = 4  # bump when build_report changes what it computes: a rerun then recomputes the report
+REPORT_VERSION = 5  # bump when build_report changes what it computes: a rerun then recomputes the report
 GENERATE_VERSION = 2  # bump when a suite record gains a field the report needs (2: position in the reply)
 Log = Callable[[str], None]
 
@@ -212,7 +212,7 @@ async def _run(card: DomainCard, card_path: Path, quotas: QuotaSpec, targets: di
             log(f"answer: {len(usable)} items x {len(cfg.panel)} answerers")
             answers = await answer_items([r.to_item() for r in usable], cfg.panel, client, grader, lib)
             write_jsonl(out / "answers.jsonl", [a.as_dict() for a in answers])
-            if not any(_retryable(a) for a in answers):
+            if not any(a.retryable for a in answers):
                 store.done("answer", fp_ans, ["answers.jsonl"])
 
         # 5. judge
@@ -309,14 +309,11 @@ async def _seed_stage(store: StageStore, out: Path, cfg: DesignersConfig, card: 
     seed = {"source": str(path), "kind": "answered by the panel", "n_items": len(items),
             "accuracy": {lab: (float(c[j].sum() / t[j].sum()) if t[j].sum() else None) for j, lab in enumerate(labels)}}
     atomic_write_json(out / "seed.json", seed)
-    if not any(_retryable(a) for a in answers):
+    if not any(a.retryable for a in answers):
         store.done("seed", fp, ["seed.json", "seed_responses.csv"])
     return seed
 
 
-def _retryable(answer: Answer) -> bool:
-    """A failed call or a failed grading judge: not a property of the item, so a rerun should try again."""
-    return answer.label == "skip" and (answer.method == "call" or (answer.reason or "").startswith("judge failed"))
 
 
 def _csv(text: str) -> str:
@@ -678,12 +675,16 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
                         f"1 - mean TVD and {cal_basis} (components that are undefined are skipped)",
     }
     prefs = M.preference_tests_logit(jinp, joint, alpha=cfg.run.alpha) if joint is not None else []
+    pinp = M.PreferenceInputs(designers=jinp.designers, answerers=answerers, counts=counts_by_designer,
+                              designer_family=jinp.designer_family, answerer_family=jinp.answerer_family,
+                              self_answerer=jinp.self_answerer)
     # the accuracy-scale difference in differences, for reference (biased by designer difficulty and answerer
     # ability: not the test)
-    did = {(p.kind, p.designer): p for p in M.preference_tests(M.PreferenceInputs(
-        designers=jinp.designers, answerers=answerers, counts=counts_by_designer,
-        designer_family=jinp.designer_family, answerer_family=jinp.answerer_family,
-        self_answerer=jinp.self_answerer), B=cfg.run.bootstrap, alpha=cfg.run.alpha, seed=cfg.seed)}
+    did = {(p.kind, p.designer): p for p in M.preference_tests(pinp, B=cfg.run.bootstrap, alpha=cfg.run.alpha,
+                                                                seed=cfg.seed)}
+    ranking = {r.designer: r.as_dict() for r in M.self_ranking(
+        pinp, seed_acc, dict(zip(joint.answerers, joint.theta.tolist())) if joint is not None else None,
+        B=cfg.run.bootstrap, seed=cfg.seed + 104729, alpha=cfg.run.alpha)}
     pref_dicts = []
     for p in prefs:
         ref = did.get((p.kind, p.designer))
@@ -691,10 +692,10 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
                            "accuracy_did": ({"estimate": M._f(ref.estimate), "ci_low": M._f(ref.ci_low),
                                              "ci_high": M._f(ref.ci_high)} if ref is not None else None)})
     for row in designers_out:
-        row["self_preference"] = next((p for p in pref_dicts if p["kind"] == "self"
-                                       and p["designer"] == row["designer"]), None)
-        row["family_preference"] = next((p for p in pref_dicts if p["kind"] == "family"
-                                         and p["designer"] == row["designer"]), None)
+        for kind in ("self", "family", "family_incl_self"):
+            row[f"{kind}_preference"] = next((p for p in pref_dicts if p["kind"] == kind
+                                              and p["designer"] == row["designer"]), None)
+        row["self_ranking"] = ranking.get(row["designer"])
 
     files = {"report": "report.json", "matrix": "matrix.csv", "heatmap": "heatmap.png", "core": "core.jsonl",
              "suite": "suite.jsonl", "answers": "answers.jsonl", "verdicts": "verdicts.jsonl"}

@@ -267,7 +267,7 @@ def make_plan(targets: Mapping[str, Mapping[str, float]], total: int, *, seed: i
     subdomains: dict[str, list[str | None]] = {}
     for cat in counts["category"]:
         subs = _subdomain_cycle(card, cat, counts["category"][cat])
-        order = rng.permutation(len(subs)) if subs else []
+        order: Sequence[int] = rng.permutation(len(subs)).tolist() if subs else []
         subdomains[cat] = [subs[k] for k in order]
     used: dict[str, int] = {}
     slots = []

@@ -32,13 +32,13 @@ def leaderboard_rows(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 def leaderboard_table(report: Mapping[str, Any]) -> Table:
     """One row per designer: suite size, broken rate, spec alignment, difficulty, discrimination, ranking
-    preservation, preferences, design score."""
+    preservation, preferences, self-ranking, design score."""
     title = f"designer leaderboard: {report['card']['name']}"
     if report.get("simulated"):
         title += " [bold yellow](SIMULATED)[/]"
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
     for col in ("designer", "core/n", "broken", "TVD", "difficulty", "1-acc", "discr", "tau", "calib", "self",
-                "family", "score"):
+                "family", "self rank", "score"):
         t.add_column(col, justify="left" if col == "designer" else "right", no_wrap=True)
     for row in leaderboard_rows(report):
         def pref(p: Mapping[str, Any] | None) -> str:
@@ -46,6 +46,14 @@ def leaderboard_table(report: Mapping[str, Any]) -> Table:
                 return "-"
             mark = "[bold red]*[/]" if p.get("detected") else ""
             return f"{p['estimate']:+.2f}{mark}"
+
+        def self_rank(r: Mapping[str, Any] | None) -> str:
+            if not r or r.get("rank") is None:
+                return "-"
+            lo, hi = (r.get("rank_ci") or [None, None])[:2]
+            ref = r.get("seed_rank") if r.get("reference") == "seed" else r.get("ability_rank")
+            return (f"{r['rank']:g}" + ("" if lo is None or hi is None else f" \\[{lo:g},{hi:g}]")
+                    + ("" if ref is None else f" vs {ref:g}") + ("[bold red]*[/]" if r.get("detected") else ""))
 
         iv = row.get("intervals") or {}
 
@@ -70,7 +78,7 @@ def leaderboard_table(report: Mapping[str, Any]) -> Table:
             _pct(row["difficulty"].get("error_rate"), 0) + ci("error_rate", "{:.0f}", 100),
             _num(row["discrimination"].get("mean"), "{:.2f}") + ci("discrimination", "{:.2f}"),
             _num(row["ranking"].get("r"), "{:+.2f}") + ci("kendall_tau", "{:+.2f}"), calib,
-            pref(row.get("self_preference")), pref(row.get("family_preference")),
+            pref(row.get("self_preference")), pref(row.get("family_preference")), self_rank(row.get("self_ranking")),
             _num(row.get("design_score"), "{:.2f}"),
         )
     t.caption = ("designer (family); core/n = core items / suite; \\[lo,hi] = 95 % item-bootstrap intervals; broken = "
@@ -79,7 +87,10 @@ def leaderboard_table(report: Mapping[str, Any]) -> Table:
                  "discr = mean corrected item-rest point-biserial; tau = Kendall tau of the answerer ranking vs the "
                  "seed benchmark; calib = mean |shift| per level vs the seed benchmark's per-level difficulty "
                  "(logits), else rho = Spearman of requested level vs difficulty; self / family = preference "
-                 "(logit interaction; * detected, Bonferroni); by level: report.json calibration.by_level")
+                 "(logit interaction vs the out-of-family answerers: own answerer / the family's other answerers; "
+                 "* detected, Bonferroni); self rank = the own answerer's rank on this suite (1 = best) \\[95 % "
+                 "item-bootstrap] vs its rank on the seed benchmark (else by the joint fit's ability; * detected: "
+                 "ranked higher here, one-sided bootstrap, Bonferroni); by level: report.json calibration.by_level")
     return t
 
 
@@ -97,9 +108,11 @@ def preference_table(report: Mapping[str, Any]) -> Table:
                   ci, "-" if p.get("p_value") is None else f"{p['p_value']:.3g}",
                   "[bold red]yes[/]" if p.get("detected") else "no",
                   "-" if ref.get("estimate") is None else f"{100 * ref['estimate']:+.1f}")
-    t.caption = ("logit and CI: interaction of the designer's items with its own answerer (self, beyond its family) or "
-                 "its family's answerers (family); detected: p < alpha / number of tests (Bonferroni); acc DiD: the "
-                 "accuracy-scale difference in differences (points; biased by difficulty and ability, not tested)")
+    t.caption = ("logit and CI: interaction of the designer's items with its own answerer (self), its family's other "
+                 "answerers (family) or both (family_incl_self: their answer-weighted mean), each against the "
+                 "answerers outside its family; detected: p < alpha / number of tests (Bonferroni, every row "
+                 "counted); acc DiD: the accuracy-scale difference in differences (points; biased by difficulty and "
+                 "ability, not tested)")
     if not report.get("preferences"):
         t.caption = "no test possible: needs >= 2 designers, and a designer's own model or family on the panel"
     return t

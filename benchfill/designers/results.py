@@ -36,9 +36,13 @@ class AccuracyDiD(_Result):
 class PreferenceTest(_Result):
     """One self / family preference test on the logit scale (item-level interaction, adjusted for answerer ability
     and item difficulty): ``estimate`` in logits, normal (1 - alpha) interval, two-sided p, ``detected`` = p below
-    alpha / ``n_tests`` (Bonferroni over the run's tests)."""
+    alpha / ``n_tests`` (Bonferroni over the run's tests, every kind counted).
 
-    kind: Literal["self", "family"]
+    ``kind`` (each against the answerers outside the designer's family, on the designer's items): ``self`` = its
+    own answerer; ``family`` = its family's OTHER answerers (own excluded); ``family_incl_self`` = both, the
+    answer-weighted mean of the two (:func:`benchfill.designers.metrics.preference_tests_logit`)."""
+
+    kind: Literal["self", "family", "family_incl_self"]
     designer: str
     family: str
     answerers: list[str]
@@ -52,6 +56,30 @@ class PreferenceTest(_Result):
     n_tests: int = 1
     scale: Literal["logit"] = "logit"
     accuracy_did: AccuracyDiD | None = None
+
+
+class SelfRanking(_Result):
+    """The self-ranking test (:class:`benchfill.designers.metrics.SelfRanking`): the rank (1 = best) of a designer's
+    own answerer among the panel on its suite (accuracy, item-bootstrap ``rank_ci``), on the seed benchmark, by the
+    joint fit's ability and on the other designers' suites; ``gain`` = reference rank - rank (> 0: the suite lifts
+    its creator) with ``gain_ci``, a one-sided bootstrap ``p_value`` and ``detected`` (Bonferroni over the
+    designers tested)."""
+
+    designer: str
+    answerer: str
+    n_items: int
+    n_answerers: int
+    rank: float | None
+    rank_ci: list[float | None]
+    seed_rank: float | None
+    ability_rank: float | None
+    others_rank: float | None
+    reference: Literal["seed", "ability"] | None
+    gain: float | None
+    gain_ci: list[float | None]
+    p_value: float | None
+    detected: bool
+    n_tests: int = 1
 
 
 class ThirdRate(_Result):
@@ -100,6 +128,9 @@ class DesignerRow(_Result):
         breakdown: by requested ``difficulty`` level, ``intent``, ``format`` and ``position`` (first / middle /
             last third of the designer's replies): group -> :class:`BreakdownCell`.
         generation_order: does quality fall with the item's place in the designer's generation order?
+        self_preference, family_preference, family_incl_self_preference: its rows of ``preferences``.
+        self_ranking: does its suite rank its own model higher than the seed benchmark does (None when its own
+            model is not on the panel)?
     """
 
     designer: str
@@ -130,6 +161,8 @@ class DesignerRow(_Result):
     design_score: float | None = None
     self_preference: PreferenceTest | None = None
     family_preference: PreferenceTest | None = None
+    family_incl_self_preference: PreferenceTest | None = None
+    self_ranking: SelfRanking | None = None
 
 
 class CardSummary(_Result):
@@ -277,4 +310,4 @@ class RewriterReport(_Result):
 
 
 __all__ = ["AccuracyMatrix", "CallUsage", "DesignerRow", "DesignersReport", "DesignersRun", "GenerationOrder",
-           "PreferenceTest", "RewriterReport", "RewriterScore", "SIM_NOTE"]
+           "PreferenceTest", "RewriterReport", "RewriterScore", "SIM_NOTE", "SelfRanking"]

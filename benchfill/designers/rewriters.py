@@ -129,7 +129,7 @@ def rewriter_report(paths: Sequence[str | Path], method: str = "benchfill", tole
     return RewriterReport(
         method=method, tolerance=tolerance if tolerance is not None else "per run (fill.tolerance, else 0.01)",
         runs=[RewriterRun(run=r.run, rewriter=r.rewriter, gaps=len(r.gaps),
-                          statuses=dict(Counter(g.get("status") for g in r.gaps))) for r in runs],
+                          statuses=dict(Counter(str(g.get("status")) for g in r.gaps))) for r in runs],
         rewriters=score_rewriters(runs, tolerance))
 
 

@@ -14,8 +14,12 @@ changes none) so the real pipeline — prompts, cache, re-asks, grading, checks,
   ``judge_harshness``), generation-order degradation (``order_decay``), and BenchBench's ``mcq_multi`` (near-miss
   wrong answers: a subset or superset of the key, ``partial_rate``) and ``structured`` (JSON object) formats.
 - ``panel`` on a designed item: correct with probability c + (1 - c) sigmoid(a (theta + bonus - b)), c = 1/k for
-  k-option multiple choice; a correct answer gives the item's TRUE answer (so a wrong gold marks the panel
-  wrong), an ambiguous item's correct answer is either defensible answer, a not-well-posed item gets guesses.
+  k-option multiple choice (bonus: ``family_bonus`` for every answerer of the designer's family, its own answerer
+  included, plus ``self_bonus`` for its own answerer; so against the out-of-family answerers the report's ``self``
+  row estimates self_bonus + family_bonus, ``family`` family_bonus, ``family_incl_self`` family_bonus +
+  self_bonus / (answerers of the family)); a correct answer gives the item's TRUE answer (so a wrong gold marks
+  the panel wrong), an ambiguous item's correct answer is either defensible answer, a not-well-posed item gets
+  guesses.
 - ``item_judge``: the planted truth (optionally wrong at ``judge_error_rate``).
 - ``card``: labels seed items from their words (category = the existing label, else the first content term).
 
@@ -121,7 +125,8 @@ class DesignerSimWorld(SimWorld):
             specs = json.loads(m.group(1)) if m else []
         except json.JSONDecodeError:
             specs = []
-        n_opt = int(_N_OPTIONS.search(prompt).group(1)) if _N_OPTIONS.search(prompt) else 4
+        asked = _N_OPTIONS.search(prompt)
+        n_opt = int(asked.group(1)) if asked else 4
         items = []
         prev_question: str | None = None
         for pos, spec in enumerate(specs):
@@ -233,7 +238,10 @@ class DesignerSimWorld(SimWorld):
             out["answer"] = stated
         else:  # numeric / math: a number (math items get a fraction, still graded by value)
             truth = str(truth_value) if fmt == "numeric" else f"\\frac{{{truth_value}}}{{2}}"
-            step = (lambda v: f"{v}" if fmt == "numeric" else f"\\frac{{{v}}}{{2}}")
+
+            def step(v: int) -> str:
+                return f"{v}" if fmt == "numeric" else f"\\frac{{{v}}}{{2}}"
+
             # a wrong gold / second answer outside the simulated panel's wrong answers (gold + 1..10 steps)
             stated = step(truth_value + 11) if flaw == "gold_incorrect" else truth
             alt = step(truth_value + 13) if flaw == "ambiguous" else None
@@ -249,7 +257,8 @@ class DesignerSimWorld(SimWorld):
     # ------------------------------------------------------------------------------------------- panel
 
     def bonus(self, answerer: str, designer: str) -> float:
-        """The planted logit bonus of ``answerer`` on ``designer``'s items (family and self)."""
+        """The planted logit bonus of ``answerer`` on ``designer``'s items: ``family_bonus`` for every answerer of
+        its family (its own answerer included) plus ``self_bonus`` for its own answerer."""
         cfg = self.designers.get(designer)
         if cfg is None:
             return 0.0
@@ -331,7 +340,7 @@ class DesignerSimWorld(SimWorld):
         return json.dumps({"verdict": verdict, "reason": f"{SIM_LABEL} verdict (planted flaw: {flaw})"})
 
     def _card(self, prompt: str) -> str:
-        from benchfill.designers.card import terms
+        from benchfill.designers.text import terms
 
         m = _ITEMS.search(prompt)
         try:

@@ -89,6 +89,11 @@ class Answer:
     extracted: str | None
     method: str
     reason: str | None = None
+    failure: str | None = None  # GradeResult.failure: "call" / "judge" (a rerun asks again), else None
+
+    @property
+    def retryable(self) -> bool:
+        return self.failure is not None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -110,7 +115,7 @@ async def answer_items(
     async def one(j: int, model: "ModelConfig", i: int, k: int) -> None:
         item = items[i]
         _, grade = await answer_and_grade(client, grader, model, item, messages[i], fingerprints[i], k)
-        ans = Answer(item.id, model.label, k, grade.label, grade.extracted, grade.method, grade.reason)
+        ans = Answer(item.id, model.label, k, grade.label, grade.extracted, grade.method, grade.reason, grade.failure)
         out[(j, i, k)] = ans
         if on_answer is not None:
             on_answer(ans)

@@ -27,8 +27,9 @@ from typing import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from benchfill.data import ResponseMatrix, load_responses
+from benchfill.data import ResponseMatrix
 from benchfill.errors import InputError
+from benchfill.importers import load_responses
 
 DEFAULT_PERMUTATIONS = 100_000
 _CHUNK_CELLS = 2_000_000  # permutations x items drawn at once: ~16 MB of int64, keeps memory flat for any B
@@ -319,7 +320,7 @@ def detect_files(
     seed: int | None = 0,
     alpha: float = 0.05,
 ) -> DetectionResult:
-    """:func:`detect_models` on response files (any format :func:`benchfill.data.load_responses` reads; a file may
+    """:func:`detect_models` on response files (any format :func:`benchfill.importers.load_responses` reads; a file may
     hold a single model, e.g. one checkpoint) and an optional item-id list file."""
     a = load_responses(path_a, min_models=1)
     b = load_responses(path_b, min_models=1) if path_b is not None else None

@@ -16,9 +16,8 @@ is integrated once (cached across replicates) and a replicate costs one draw of 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -111,7 +110,7 @@ def hole_free_counts(rng: np.random.Generator, theta: np.ndarray, n: np.ndarray,
                      b_range: tuple[float, float]) -> np.ndarray:
     """(J, I) correct counts of one hole-free benchmark: b ~ U(b_range), answered by abilities ``theta`` (J,) with
     the trials ``n`` (J, I) and guessing ``c`` (I,) of the observed design."""
-    b = rng.uniform(b_range[0], b_range[1], n.shape[1])
+    b = np.asarray(rng.uniform(b_range[0], b_range[1], size=n.shape[1]), dtype=float)
     p = c + (1.0 - c) / (1.0 + np.exp(-(theta[:, None] - b[None, :])))
     y = (rng.random(n.shape) < p).astype(np.int64) if n.max() <= 1 else rng.binomial(n, p)
     return np.where(n > 0, y, 0)

@@ -175,7 +175,7 @@ class Painter:
     def draw(self, pic: Picture) -> None:
         """Start drawing ``pic`` (in the painter's process, if there is one); :meth:`write` saves it."""
         self._pic = pic
-        if self._proc is not None and not self._sent:
+        if self._proc is not None and self._conn is not None and not self._sent:
             try:
                 self._conn.send(pic)
                 self._sent = True
@@ -187,7 +187,7 @@ class Painter:
         from benchfill.io import atomic_write_bytes
 
         assert self._pic is not None, "draw a picture first"
-        if self._sent:
+        if self._sent and self._conn is not None:
             self._sent = False
             try:
                 ok, value = self._conn.recv()
@@ -203,7 +203,8 @@ class Painter:
             return
         self._proc.terminate()
         self._proc.join()
-        self._conn.close()
+        if self._conn is not None:
+            self._conn.close()
         self._proc = self._conn = None
 
     def __enter__(self) -> "Painter":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 from rich.console import Group
@@ -12,7 +12,9 @@ from rich.table import Table
 from rich.text import Text
 
 from benchfill.diagnostics.picture import Picture, population_on_axis, write_picture
-from benchfill.diagnostics.report import Diagnosis
+
+if TYPE_CHECKING:  # the report draws itself through this module (Diagnosis.plot), so no import back at run time
+    from benchfill.diagnostics.report import Diagnosis
 
 
 def _fmt(x: float | None, nd: int = 3) -> str:

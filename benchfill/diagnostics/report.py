@@ -13,11 +13,17 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 from pydantic import BaseModel, Field, PrivateAttr
 
-import benchfill
+from benchfill._version import __version__
 from benchfill.data import ResponseMatrix
 from benchfill.diagnostics import metrics as M
-from benchfill.diagnostics.null import (THRESHOLDS, attainable_b, design_null, gap_is_unfillable, key_floor,
-                                       summarise_null)
+from benchfill.diagnostics.null import (
+    THRESHOLDS,
+    attainable_b,
+    design_null,
+    gap_is_unfillable,
+    key_floor,
+    summarise_null,
+)
 from benchfill.irt.checks import Check, run_checks
 from benchfill.irt.fast import reduce_items
 from benchfill.irt.fit import fit_irt
@@ -181,7 +187,7 @@ class Diagnosis(BaseModel):
     __str__ = __repr__
 
     schema_version: int = SCHEMA_VERSION
-    benchfill_version: str = benchfill.__version__
+    benchfill_version: str = __version__
     created_at: str
     source: str
     n_models: int
@@ -452,8 +458,8 @@ def build_diagnosis(
     clock = time.perf_counter()
     b = fit.b_mean
     d = M.normalise(b)
-    plug_in = M.headline_metrics(d)
-    w1 = M.w1_to_continuous_uniform(d)
+    plug_in = {k: float(v) for k, v in M.headline_metrics(d).items()}  # one benchmark: scalars
+    w1 = float(M.w1_to_continuous_uniform(d))
     posterior = None if fit.is_map else summarise_posterior(posterior_metric_draws(fit.flat("b")))
     median_gap = M.uniform_max_gap_median(len(d), baseline_sims, seed)
     timings["metrics"] = time.perf_counter() - clock

@@ -18,6 +18,7 @@ All widths, gaps and W1 values are on the normalised difficulty axis [0, 1]; gap
 from __future__ import annotations
 
 import math
+
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 

@@ -35,15 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from langgraph.runtime import Runtime
-
 import numpy as np
+from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field, create_model, model_validator
 
 from benchfill.data import Item, text_key
 from benchfill.diagnostics.null import gap_is_unfillable
 from benchfill.graphs.adaptive import adaptive_label
-from benchfill.graphs.prescreen import TextPrior
 from benchfill.graphs.policy import (
     SearchParams,
     gap_design,
@@ -53,12 +51,13 @@ from benchfill.graphs.policy import (
     should_stop,
     to_display,
 )
+from benchfill.graphs.prescreen import TextPrior
 from benchfill.irt.placement import place_children
 from benchfill.irt.scale import Scale
 from benchfill.memory.bank import MemoryBank, MemoryItem
 from benchfill.models.client import CallResult, CallsFailed, SyncModelClient
 from benchfill.models.config import ModelConfig, RunConfig
-from benchfill.models.evaluate import Progress, run_evaluation
+from benchfill.models.evaluate import Progress, failure_text, run_evaluation
 from benchfill.models.prompts import PromptLibrary, rewrite_messages, validity_messages
 
 Method = Literal["benchfill", "baseline"]
@@ -549,8 +548,7 @@ def _ask_panel(ctx: FillContext, items: list[Item], plan: list[tuple[int, int, i
         return await answer_and_grade(client, grader, models[j], items[i], messages[i], fingerprints[i], r)
 
     results = ctx.client.run(_all(one(*x) for x in plan))
-    failed = [res.error if not res.ok else (g.reason or "judge failed") for res, g in results
-              if g.label == "skip" and (g.method == "call" or (g.reason or "").startswith("judge failed"))]
+    failed = [failure_text(res, g) for res, g in results if g.retryable]
     if failed:
         raise CallsFailed(failed)
     return [None if g.label == "skip" else int(g.label == "correct") for _, g in results]

@@ -216,7 +216,7 @@ def fit_text_prior(texts: Sequence[str], b: np.ndarray, featuriser: Featuriser =
     keep = np.arange(len(b))
     if len(keep) > max_fit:
         keep = np.sort(np.random.default_rng(seed).choice(len(b), max_fit, replace=False))
-    texts = [texts[i] for i in keep]
+    texts = [texts[int(i)] for i in keep]
     x, idf = _features(featuriser, texts)
     weights, centre, lam, loo = fit_ridge(x, b[keep])
     return TextPrior(featuriser, weights, float(b[keep].mean()), centre, idf, lam, loo, len(keep))

@@ -19,12 +19,13 @@ from typing import Any, Callable
 import numpy as np
 from pydantic import ValidationError
 
-from benchfill.data import Item, load_panel
+from benchfill.data import Item
 from benchfill.diagnostics.report import Diagnosis, diagnose
 from benchfill.errors import InputError
 from benchfill.graphs import prescreen
 from benchfill.graphs.fill import FillContext, FillState, run_search
 from benchfill.graphs.policy import SearchParams, oracle_insertions, top_k_reduction
+from benchfill.importers import load_panel
 from benchfill.io import atomic_write_json, atomic_write_text
 from benchfill.irt.model import IRTSpec, SamplerSettings
 from benchfill.irt.scale import Scale
@@ -53,8 +54,9 @@ class FillOptions:
     resume: bool = False
     allow_floor_gaps: bool = False
 
-    def fingerprint(self) -> dict[str, Any]:
-        """What must not change between a run and its resume."""
+    def fingerprint(self, prompts: str | None = None) -> dict[str, Any]:
+        """What must not change between a run and its resume (``prompts``: the config's override templates'
+        digest, :meth:`PromptLibrary.overrides_digest`)."""
 
         def digest(path: Path | None) -> str | None:
             if path is None:
@@ -67,9 +69,12 @@ class FillOptions:
                 h.update(f.read_bytes())
             return h.hexdigest()[:16]
 
-        return {"items": digest(self.items), "responses": digest(self.responses), "config": digest(self.config),
-                "models": self.models, "models_file": digest(self.models_file), "n_gaps": self.n_gaps,
-                "sampler": self.sampler, "seed": self.seed}
+        out = {"items": digest(self.items), "responses": digest(self.responses), "config": digest(self.config),
+               "models": self.models, "models_file": digest(self.models_file), "n_gaps": self.n_gaps,
+               "sampler": self.sampler, "seed": self.seed}
+        if prompts is not None:  # only with overrides: a run on the built-in templates keeps its fingerprint
+            out["prompts"] = prompts
+        return out
 
 
 def panel_attainable_d(scale: Scale, panel: list[ModelConfig]) -> np.ndarray | None:
@@ -103,6 +108,7 @@ def refuse_floor_gaps(dg: Diagnosis, panel: list[ModelConfig], n_gaps: int, wher
                                     f"rollouts) can place no item strictly inside it, so it cannot tell whether the "
                                     f"gap was filled; ask for fewer --gaps, more rollouts or models, or pass "
                                     f"--allow-floor-gaps")
+    return floor
 
 
 def search_params(config: RunConfig) -> SearchParams:
@@ -135,10 +141,11 @@ class FillRun:
         config = load_config(opts.config)
         need = ("rewriter", "judge") if config.simulated else ("rewriter", "judge", "panel")
         validate_config(config, need=need)
+        assert config.rewriter is not None and config.judge is not None  # validated just above
         self.config = config
         self.params = search_params(config)
         prescreen.require(self.params.prescreen, str(config.source or opts.config))
-        PromptLibrary.from_config(config)
+        prompt_library = PromptLibrary.from_config(config)
         if opts.n_gaps < 1:
             raise InputError(str(opts.config), f"--gaps {opts.n_gaps}: must be at least 1")
         memory_path = self.out / MEMORY_DB
@@ -160,12 +167,12 @@ class FillRun:
             pool = set(self.replay.pool_ids)
             responses, items = self.replay.benchmark, [it for it in items if it.id not in pool]
         self.model_selection = responses.meta.get("selection")  # which models were kept (the CLI says so)
-        fingerprint = opts.fingerprint()
+        fingerprint = opts.fingerprint(prompt_library.overrides_digest())
         if opts.resume:
             self.bank = MemoryBank(memory_path)
             if self.bank.meta("fingerprint") != fingerprint:
-                raise InputError(str(self.out), "--resume: the items, responses, config or options differ from the "
-                                                "run in this folder")
+                raise InputError(str(self.out), "--resume: the items, responses, config, prompt templates or options "
+                                                "differ from the run in this folder")
         else:
             # the bank and its fingerprint come into being together (an atomic rename), before the diagnosis:
             # a kill at any instant of the start leaves either no run or a run that --resume continues
@@ -186,7 +193,7 @@ class FillRun:
         if not opts.allow_floor_gaps:
             self.floor_gaps = refuse_floor_gaps(self.diagnosis, self.panel, opts.n_gaps, str(opts.responses),
                                                 self.attainable)
-        sim = None
+        sim: Any = None  # the replay world or the simulated one
         if self.replay is not None:
             from benchfill.models.replay import TRUTH_FILE, build_world
 
@@ -212,7 +219,7 @@ class FillRun:
         self.client = SyncModelClient(self.out / MEMORY_DB, sim=sim)
         self.ctx = FillContext(
             items=self.items, d=self.d, scale=self.scale, config=config, panel=self.panel, params=self.params,
-            bank=self.bank, client=self.client, prompts=PromptLibrary.from_config(config),
+            bank=self.bank, client=self.client, prompts=prompt_library,
             label_dir=self.out / "labels",
             prescreen=prescreen.for_run(self.params.prescreen, self.items, self.scale.b_mean, opts.seed),
             attainable_d=self.attainable,
@@ -360,7 +367,9 @@ def true_gap_figures(out: str | Path, method: str = "benchfill") -> list[dict[st
         for g in bank.gaps(method):
             if g["status"] not in CHOSEN:
                 continue
-            q = bank.candidate(g["chosen"])["question"]
+            chosen = bank.candidate(g["chosen"])
+            assert chosen is not None, g["chosen"]  # a gap's chosen item is one of its candidates
+            q = chosen["question"]
             if truth is not None:
                 true_d = truth[text_key(q)]
             else:

@@ -11,6 +11,8 @@ One module per format, each with ``NAME`` and ``read(paths, Options) -> Imported
 | ``openllm`` | Open LLM Leaderboard details: lm-eval sample files or Parquet |
 
 :func:`detect` names the format of a file or folder when it is unambiguous; :func:`import_logs` reads it.
+:func:`load_responses` is the one reader of response data every command uses: benchfill's own files
+(:func:`benchfill.data.read_responses`) or any of these logs.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Sequence
 
-from benchfill.errors import InputError
+from benchfill.data import Item, ResponseMatrix, align_to_items, keep_models, load_items, read_responses
+from benchfill.errors import InputError, did_you_mean
 from benchfill.importers import helm, inspect_log, lm_eval, opencompass, openllm
 from benchfill.importers.base import ImportedLogs, Options
 
@@ -27,14 +30,14 @@ FORMATS: dict[str, ModuleType] = {m.NAME: m for m in (lm_eval, inspect_log, helm
 ALIASES = {"lmeval": "lm-eval", "lm_eval": "lm-eval", "lm-evaluation-harness": "lm-eval", "inspect_ai": "inspect",
            "inspect-ai": "inspect", "open-llm-leaderboard": "openllm", "open_llm_leaderboard": "openllm"}
 
-__all__ = ["FORMATS", "ImportedLogs", "Options", "detect", "import_logs", "resolve_format"]
+__all__ = ["FORMATS", "ImportedLogs", "Options", "detect", "import_logs", "load_panel", "load_responses",
+           "resolve_format"]
 
 
 def resolve_format(name: str) -> str:
     """A format's name as the importers know it (aliases accepted); else one line with the closest name."""
     key = ALIASES.get(name.strip().lower(), name.strip().lower())
     if key not in FORMATS:
-        from benchfill.cli_support import did_you_mean
 
         raise InputError("FORMAT", f"{name!r}: unknown import format; one of {', '.join(FORMATS)}"
                                    f"{did_you_mean(key, [*FORMATS, *ALIASES])}")
@@ -91,3 +94,30 @@ def import_logs(fmt: str, paths: Sequence[str | Path], opts: Options | None = No
     if not paths:
         raise InputError(fmt, "no paths given")
     return FORMATS[resolve_format(fmt)].read(list(paths), opts or Options())
+
+
+def load_responses(path: str | Path, items: Sequence[Item] | None = None, *, min_models: int = 2) -> ResponseMatrix:
+    """Read and validate a response file (long CSV/JSONL, wide 0/1 CSV, or py-irt jsonlines), or eval logs of
+    lm-eval, inspect_ai, HELM, OpenCompass or the Open LLM Leaderboard (a file or folder; format detected; logs are
+    read with the format's defaults: ``benchfill import`` chooses the metric, filter or threshold).
+
+    When ``items`` is given, every item id in the responses must be one of them and every item must have been
+    attempted by some model; the matrix columns then follow the items' order. ``min_models`` is the fewest models
+    the file must hold: 2 for IRT (the default), 1 for a single checkpoint's file (``benchfill detect``).
+    """
+    path = Path(path)
+    fmt = detect(path)
+    if fmt is None:
+        return read_responses(path, items, min_models=min_models)
+    matrix = import_logs(fmt, [path]).matrix(str(path), min_models)
+    return matrix if items is None else align_to_items(matrix, items, path)
+
+
+def load_panel(
+    responses_path: str | Path, items_path: str | Path | None = None, models: int | None = None,
+    models_file: str | Path | None = None,
+) -> tuple[ResponseMatrix, list[Item] | None]:
+    """Load responses (validated against the items file when given) and keep the requested models: the names in
+    ``models_file``, else ``models`` spread evenly by accuracy, else all."""
+    items = load_items(items_path) if items_path else None
+    return keep_models(load_responses(responses_path, items=items), models, models_file), items

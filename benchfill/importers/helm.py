@@ -32,7 +32,7 @@ def is_run_spec(path: Path) -> bool:
 
 def task_name(run_name: str) -> str:
     head, _, args = run_name.partition(":")
-    keep = [a for a in args.split(",") if a and not a.split("=", 1)[0].strip() in ("model", "model_deployment")]
+    keep = [a for a in args.split(",") if a and a.split("=", 1)[0].strip() not in ("model", "model_deployment")]
     return head + (":" + ",".join(keep) if keep else "")
 
 
@@ -111,7 +111,7 @@ def _instances(path: Path) -> dict[str, tuple[str | None, str | None, list[str] 
     if not path.exists():
         return {}
     data = read_json(path)
-    out = {}
+    out: dict[str, tuple[str | None, str | None, list[str] | None]] = {}
     for inst in data if isinstance(data, list) else []:
         if not isinstance(inst, dict) or inst.get("perturbation") or inst.get("id") is None:
             continue
@@ -119,6 +119,7 @@ def _instances(path: Path) -> dict[str, tuple[str | None, str | None, list[str] 
         refs = [r for r in inst.get("references") or [] if isinstance(r, dict)]
         correct = [(r.get("output") or {}).get("text") for r in refs if "correct" in (r.get("tags") or [])]
         options = [(r.get("output") or {}).get("text") for r in refs]
-        choices = options if len(refs) > 1 and len(correct) == 1 and all(isinstance(o, str) for o in options) else None
+        choices = [str(o) for o in options] if len(refs) > 1 and len(correct) == 1 and all(
+            isinstance(o, str) for o in options) else None
         out[str(inst["id"])] = (q, correct[0] if correct else None, choices)
     return out

@@ -123,7 +123,7 @@ def read_rows(res: ImportedLogs, path: Path, rows: Iterable[tuple[int, dict[str,
         metric_used = name
         hit = as_binary(r[name], opts, str(path), k, name)
         item_id = res.add(model, task, doc_id, hit, str(path), k)
-        doc = r.get("doc") if isinstance(r.get("doc"), dict) else {}
+        doc: dict[str, Any] = r["doc"] if isinstance(r.get("doc"), dict) else {}
         question = next((doc[q] for q in ("question", "problem", "prompt", "query", "input", "text")
                          if isinstance(doc.get(q), str)), None)
         if question is None:

@@ -11,7 +11,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from benchfill.data import ResponseMatrix
-from benchfill.irt.model import IRTFit, probability
+from benchfill.irt.model import IRTFit
 
 # Thresholds. R2-R4 are not fixed by the paper; these are stated in the report next to each figure.
 R2_MAX_FLOOR_CEILING_SHARE = 0.20
@@ -152,7 +152,7 @@ def check_r4_ppc(responses: ResponseMatrix, fit: IRTFit, n_rep: int = 400, seed:
         cs = None if c is None else (c[s] if c.ndim == 2 else c)
         p = _ppc_probability(theta[s], b[s], None if a is None else a[s], cs)
         if n_max <= SMALL_N:  # a binomial as the sum of its Bernoulli trials: uniforms are ~20x cheaper
-            y = np.zeros(p.shape, dtype=np.int8)
+            y: np.ndarray = np.zeros(p.shape, dtype=np.int8)
             for t in range(n_max):
                 hit = rng.random(p.shape, dtype=np.float32) < p
                 hit &= n[None, :, :] > t
@@ -245,7 +245,9 @@ def convergence_summary(fit: IRTFit, method: str = "fast", responses: ResponseMa
     rh, eb, et = [], [], []
     for arr in parts:
         r, b_, t = rank_diagnostics(arr)
-        rh.append(r), eb.append(b_), et.append(t)
+        rh.append(r)
+        eb.append(b_)
+        et.append(t)
 
     def reduce_(vals: list[np.ndarray], fn) -> float:
         v = np.concatenate(vals)

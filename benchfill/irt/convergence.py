@@ -212,13 +212,12 @@ def diagnostics_block(x: np.ndarray, table: np.ndarray | None = None) -> tuple[n
         rhat = nan
     del z
     whole = srt if S % 2 == 0 else np.sort(x.reshape(k, C * S), axis=1)
-    tail = None
+    tails = []
     for p in (0.05, 0.95):
         q = _quantile7(whole, p)
         ind = (x <= q[:, None, None]).astype(float)
-        e = ess(_split(ind))
-        tail = e if tail is None else np.minimum(tail, e)
-    return rhat, bulk, tail
+        tails.append(ess(_split(ind)))
+    return rhat, bulk, np.minimum(*tails)
 
 
 FORK_MIN_VALUES = 1_000_000  # draws x parameters from which the parameters are split over forked processes

@@ -47,13 +47,12 @@ import logging
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from benchfill.data import ResponseMatrix
 from benchfill.forking import available_cores, die_with_parent, start_method
-from benchfill.irt.fit import register_sampler
 from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings
 from benchfill.irt.prior import Population
 
@@ -224,7 +223,7 @@ def make_block(keys: ItemKeys, sel: np.ndarray, lo: float, h: float, n_nodes: in
     cs = np.unique(keys.c[sel])
     if cs.size != 1:
         raise AssertionError("a block holds one guessing rate")
-    if starts is None:
+    if starts is None or width is None:
         idx, nodes = None, grid[None, :]
     else:
         idx = starts[:, None] + np.arange(width)[None, :]
@@ -355,8 +354,7 @@ def block_logp_grad(theta: np.ndarray, blk: Block) -> tuple[float, np.ndarray]:
     S = P.sum(axis=1)
     logp = float(blk.mult @ (mx + np.log(S)))
     W = P * (blk.mult / S)[:, None]  # posterior weights of the nodes, times multiplicity
-    dense_needed = blk.n_shared is None or blk.log_c is not None
-    if not dense_needed:
+    if blk.n_shared is not None and blk.log_c is None:  # shared trials, no guessing: the sparse gradient
         om = W.sum(0) if blk.idx is None else np.bincount(blk.idx.ravel(), W.ravel(), minlength=len(blk.grid))
         grad = -blk.n_shared * (SG @ om)
     else:
@@ -658,7 +656,7 @@ def build_blocks(keys: ItemKeys, win: KeyWindows, margins: MarginFn, prior: Popu
         # keys at similar difficulty draw their information from the same models, so their modes move alike:
         # cutting a group into runs of neighbouring keys, each with its own tracking lattice, shrinks windows
         pieces: list[tuple[np.ndarray, dict]] = []
-        for g, sg in merged:
+        for g, _ in merged:
             g = g[np.argsort((win.a[g] + win.b[g]) / 2, kind="stable")]
             best = [(g, shape(g))]
             for nc in (2, 4, 8, 16, 32, 64):
@@ -1268,6 +1266,16 @@ def _wait(result):
     return result.get()
 
 
+def _finish(pool: Any, results: Any) -> Any:
+    """``results``, after the pool's workers ended the ordinary way (each takes its stop sentinel): leaving the
+    ``with`` block then terminates nobody. Ending them by terminate()'s SIGTERM instead was seen to hang the fit
+    once, a worker surviving the signal while it waited on the pool's queue lock; terminate() is left for an
+    exception (Ctrl-C, SIGTERM of the command)."""
+    pool.close()
+    pool.join()
+    return results
+
+
 def _run_parallel(job: _ChainJob, parts: list[SamplerSettings], out: _SharedFile):
     """Run each part in its own process writing into ``out``; None if that is unavailable or fails, and the
     caller falls back to one process."""
@@ -1282,12 +1290,12 @@ def _run_parallel(job: _ChainJob, parts: list[SamplerSettings], out: _SharedFile
         if method == "fork":
             _FORKED = (job, out.array)
             with mp.get_context("fork").Pool(len(parts), initializer=die_with_parent) as pool:
-                return _wait(pool.map_async(_forked_run, [(p, int(c0)) for p, c0 in zip(parts, offsets)]))
+                return _finish(pool, _wait(pool.map_async(_forked_run, [(p, int(c0)) for p, c0 in zip(parts, offsets)])))
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["benchfill.irt.fast"])
         tasks = [(job, p, int(c0), out.path, out.shape, out.dtype.str) for p, c0 in zip(parts, offsets)]
         with ctx.Pool(len(parts), initializer=die_with_parent) as pool:
-            return _wait(pool.map_async(_server_run, tasks))
+            return _finish(pool, _wait(pool.map_async(_server_run, tasks)))
     except Exception as exc:  # pragma: no cover - e.g. a sandbox without fork
         log.warning("fast IRT: parallel chains failed (%s); sampling in one process", exc)
         return None
@@ -1303,7 +1311,6 @@ def check_fast_spec(spec: IRTSpec) -> None:
         raise ValueError("sampler 'fast' needs fixed guessing rates (estimate_guessing=True); use method 'pymc' or 'nutpie'")
 
 
-@register_sampler("fast")
 def fit_fast(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings) -> IRTFit:
     """Exact 1PL posterior (same model as the PyMC reference) by quadrature + IMH (or NUTS) on the abilities.
 

@@ -1,5 +1,5 @@
-"""Fitting: the reference PyMC model, its NUTS backends (pymc, nutpie, numpyro), a MAP preview, and the sampler
-registry that faster backends plug into.
+"""Fitting: the reference PyMC model, its NUTS backends (pymc, nutpie, numpyro), a MAP preview, and the table of
+samplers (:data:`SAMPLERS`: these and the exact fast engine of :mod:`benchfill.irt.fast`).
 
 ``fit_irt(responses, spec, settings)`` is the one entry point; ``settings.method`` picks the backend.
 """
@@ -14,28 +14,14 @@ from typing import Callable
 import numpy as np
 
 from benchfill.data import ResponseMatrix
+from benchfill.irt import fast, population
 from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings, binomial_loglik, probability
 
 SamplerFn = Callable[[ResponseMatrix, IRTSpec, SamplerSettings], IRTFit]
-SAMPLERS: dict[str, SamplerFn] = {}
-
-
-def register_sampler(name: str) -> Callable[[SamplerFn], SamplerFn]:
-    def deco(fn: SamplerFn) -> SamplerFn:
-        SAMPLERS[name] = fn
-        return fn
-
-    return deco
-
-
-def _register_builtin() -> None:
-    """The fast exact sampler registers itself on import (it imports this module, hence the late import)."""
-    import benchfill.irt.fast  # noqa: F401
 
 
 def available_samplers() -> list[str]:
-    """Registered samplers whose backend package is importable here."""
-    _register_builtin()
+    """The samplers of :data:`SAMPLERS` whose backend package is importable here."""
     needs = {"nutpie": "nutpie", "numpyro": "numpyro"}
     return [n for n in SAMPLERS if n not in needs or importlib.util.find_spec(needs[n]) is not None]
 
@@ -44,7 +30,6 @@ def fit_irt(responses: ResponseMatrix, spec: IRTSpec | None = None, settings: Sa
     """Fit an IRT model to a response matrix; returns posterior draws (or a MAP preview)."""
     spec = spec or IRTSpec()
     settings = settings or SamplerSettings()
-    _register_builtin()
     if settings.method not in SAMPLERS:
         raise ValueError(f"unknown sampler {settings.method!r}; choose from {', '.join(sorted(SAMPLERS))}")
     if settings.method not in available_samplers():
@@ -65,8 +50,6 @@ def with_population(responses: ResponseMatrix, spec: IRTSpec, seed: int = 0) -> 
     asks for the paper's fixed N(0, 1)). The population is learned under the 1PL with the spec's fixed guessing
     (for a 2PL or estimated guessing too: the population is about where items lie, which the 1PL measures)."""
     from dataclasses import replace
-
-    from benchfill.irt import fast, population
 
     if spec.prior is not None or spec.population == "paper":
         return spec
@@ -157,28 +140,26 @@ def _nuts(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings, b
         idata = pm.sample(**kwargs)
     post = idata.posterior
     div = int(np.asarray(idata.sample_stats["diverging"]).sum()) if "diverging" in idata.sample_stats else 0
+    theta, b = _draws(post, "theta"), _draws(post, "b")
+    assert theta is not None and b is not None  # the model always has both
     return IRTFit(
         spec=spec, settings=settings, models=list(responses.models), item_ids=list(responses.item_ids),
-        theta=_draws(post, "theta"), b=_draws(post, "b"), a=_draws(post, "a"), c=_draws(post, "c"), divergences=div,
+        theta=theta, b=b, a=_draws(post, "a"), c=_draws(post, "c"), divergences=div,
     )
 
 
-@register_sampler("pymc")
 def _fit_pymc(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings) -> IRTFit:
     return _nuts(responses, spec, settings, "pymc")
 
 
-@register_sampler("nutpie")
 def _fit_nutpie(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings) -> IRTFit:
     return _nuts(responses, spec, settings, "nutpie")
 
 
-@register_sampler("numpyro")
 def _fit_numpyro(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings) -> IRTFit:
     return _nuts(responses, spec, settings, "numpyro")
 
 
-@register_sampler("map")
 def _fit_map(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings) -> IRTFit:
     """MAP point estimate (a preview, labelled as such): SDs are conditional Laplace approximations."""
     import pymc as pm
@@ -215,3 +196,8 @@ def _laplace_sds(responses: ResponseMatrix, theta, b, a, c) -> tuple[np.ndarray,
     dp = (1.0 - cc) * star * (1.0 - star) * (1.0 if a is None else a)
     info = responses.n_trials * dp**2 / np.clip(p * (1 - p), 1e-12, None)
     return 1.0 / np.sqrt(info.sum(0) + 1.0), 1.0 / np.sqrt(info.sum(1) + 1.0)
+
+
+# every sampler by its name (``SamplerSettings.method``): the exact fast engine first, the default of every command
+SAMPLERS: dict[str, SamplerFn] = {"fast": fast.fit_fast, "pymc": _fit_pymc, "nutpie": _fit_nutpie,
+                                  "numpyro": _fit_numpyro, "map": _fit_map}

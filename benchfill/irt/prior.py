@@ -68,6 +68,10 @@ class Population:
     knot_step: float = 1.0
     coef: np.ndarray = field(default_factory=lambda: np.zeros(0))
     penalty: float = 0.0
+    # derived in __post_init__: the spline's table (nodes, values) and log Z of the density
+    _xs: np.ndarray = field(init=False, repr=False)
+    _table: np.ndarray = field(init=False, repr=False)
+    _log_norm: float = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.mu) and np.isfinite(self.sigma) and self.sigma > 0):
@@ -90,7 +94,7 @@ class Population:
             other.kind, other.mu, other.sigma, other.knot_lo, other.knot_step, other.penalty) and np.array_equal(
             self.coef, other.coef)
 
-    __hash__ = None  # type: ignore[assignment]  (mutable-looking: holds an array)
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking: holds an array
 
     # ---- constructors ------------------------------------------------------------------------------------
     @classmethod

@@ -94,6 +94,7 @@ def compare_1pl_2pl(responses: ResponseMatrix, guessing: np.ndarray | None = Non
     # log_likelihood_max omits the binomial coefficients; add them so BIC is the textbook figure.
     kc, nt = responses.n_correct, responses.n_trials
     const = float((gammaln(nt + 1) - gammaln(kc + 1) - gammaln(nt - kc + 1)).sum())
+    assert one.log_likelihood_max is not None and two.log_likelihood_max is not None  # MAP fits record it
     l1, l2 = float(one.log_likelihood_max) + const, float(two.log_likelihood_max) + const
     return BICComparison(n_observations=n, loglik_1pl=l1, loglik_2pl=l2, k_1pl=k1, k_2pl=k2,
                          bic_1pl=k1 * np.log(n) - 2 * l1, bic_2pl=k2 * np.log(n) - 2 * l2)

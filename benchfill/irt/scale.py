@@ -10,6 +10,7 @@ import io
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -103,14 +104,15 @@ class Scale:
     def save(self, path: str | Path) -> Path:
         """Write the scale as one ``.npz`` (atomically: an existing file is never half-overwritten)."""
         buf = io.BytesIO()
-        np.savez_compressed(
-            buf, format=np.array(FORMAT), models=np.array(self.models, dtype=str),
+        arrays: dict[str, Any] = dict(
+            format=np.array(FORMAT), models=np.array(self.models, dtype=str),
             item_ids=np.array(self.item_ids, dtype=str), theta_draws=np.asarray(self.theta_draws, dtype=float),
             b_mean=np.asarray(self.b_mean, dtype=float), b_min=np.array(self.b_min), b_max=np.array(self.b_max),
             guessing=np.array(self.guessing), source=np.array(self.source), kind=np.array(self.kind),
             method=np.array(self.method), b_min_sd=np.array(self.b_min_sd), b_max_sd=np.array(self.b_max_sd),
             **self.population.to_arrays(),
         )
+        np.savez_compressed(buf, **arrays)
         return atomic_write_bytes(path, buf.getvalue())
 
     @classmethod

@@ -120,7 +120,7 @@ class MemoryBank:
 
     # ---- run metadata -------------------------------------------------------------------------------------
     def set_meta(self, **values: Any) -> None:
-        self.db["runs"].upsert_all([{"key": k, "value": json.dumps(v)} for k, v in values.items()], pk="key")
+        self.db.table("runs").upsert_all([{"key": k, "value": json.dumps(v)} for k, v in values.items()], pk="key")
 
     def meta(self, key: str, default: Any = None) -> Any:
         row = self.db.execute("select value from runs where key = ?", [key]).fetchone()
@@ -128,7 +128,7 @@ class MemoryBank:
 
     # ---- seeds: the existing items nearest each gap's target ------------------------------------------------
     def set_seeds(self, method: str, gap: int, rows: Iterable[dict[str, Any]]) -> None:
-        self.db["seeds"].upsert_all([{"method": method, "gap": gap, **r} for r in rows], pk=("method", "gap", "id"))
+        self.db.table("seeds").upsert_all([{"method": method, "gap": gap, **r} for r in rows], pk=("method", "gap", "id"))
 
     def seeds_for(self, method: str, gap: int) -> list[MemoryItem]:
         rows = self.db["seeds"].rows_where("method = ? and gap = ?", [method, gap], order_by="d, id")
@@ -136,7 +136,7 @@ class MemoryBank:
 
     # ---- model usage per node (idempotent: a re-run node replaces its row) ------------------------------------
     def record_usage(self, method: str, gap: int, round: int, node: str, spent: dict[str, float]) -> None:
-        self.db["usage"].upsert({"method": method, "gap": gap, "round": round, "node": node,
+        self.db.table("usage").upsert({"method": method, "gap": gap, "round": round, "node": node,
                                  "calls": int(spent["calls"]), "cached": int(spent["cached"]),
                                  "tokens": int(spent["tokens"]), "cost": float(spent["cost"])},
                                 pk=("method", "gap", "round", "node"))
@@ -155,7 +155,7 @@ class MemoryBank:
 
     # ---- gaps ----------------------------------------------------------------------------------------------
     def upsert_gap(self, method: str, gap: int, **fields: Any) -> None:
-        self.db["gaps"].upsert({"method": method, "gap": gap, **fields}, pk=("method", "gap"))
+        self.db.table("gaps").upsert({"method": method, "gap": gap, **fields}, pk=("method", "gap"))
 
     def gap(self, method: str, gap: int) -> dict[str, Any] | None:
         rows = list(self.db["gaps"].rows_where("method = ? and gap = ?", [method, gap]))
@@ -172,12 +172,12 @@ class MemoryBank:
             if isinstance(r.get("counts"), dict):
                 r["counts"] = json.dumps(r["counts"])
         if rows:
-            self.db["candidates"].upsert_all(rows, pk="id", alter=True)
+            self.db.table("candidates").upsert_all(rows, pk="id", alter=True)
 
     def update_candidate(self, cid: str, **fields: Any) -> None:
         if isinstance(fields.get("counts"), dict):
             fields["counts"] = json.dumps(fields["counts"])
-        self.db["candidates"].update(cid, fields, alter=True)
+        self.db.table("candidates").update(cid, fields, alter=True)
 
     def candidates(self, method: str, gap: int, round: int | None = None) -> list[dict[str, Any]]:
         if round is None:
@@ -227,11 +227,11 @@ class MemoryBank:
             raise ValueError(f"decision must be approve or reject, not {decision!r}")
         at = time.time()
         with self.db.conn:
-            self.db["reviews"].upsert(
+            self.db.table("reviews").upsert(
                 {"candidate": candidate, "reviewer": reviewer, "decision": decision, "note": note, "at": at},
                 pk=("candidate", "reviewer"),
             )
-            self.db["review_log"].insert(
+            self.db.table("review_log").insert(
                 {"candidate": candidate, "reviewer": reviewer, "decision": decision, "note": note, "at": at},
                 alter=True)
 

@@ -131,7 +131,7 @@ class CallCache:
 
     def _create(self) -> None:
         with self._lock:
-            self.db["calls"].create(
+            self.db.table("calls").create(
                 {
                     "key": str, "model": str, "role": str, "sample_index": int, "prompt_hash": str, "params": str,
                     "text": str, "tokens_in": int, "tokens_out": int, "cost": float, "latency_s": float,
@@ -141,7 +141,7 @@ class CallCache:
             )
             if "finish_reason" not in self.db["calls"].columns_dict:  # files written before the column existed
                 self._conn.execute("ALTER TABLE calls ADD COLUMN finish_reason TEXT")
-            self.db["call_log"].create(
+            self.db.table("call_log").create(
                 {
                     "id": int, "key": str, "model": str, "role": str, "sample_index": int, "attempt": int,
                     "outcome": str, "error": str, "tokens_in": int, "tokens_out": int, "cost": float,
@@ -149,16 +149,16 @@ class CallCache:
                 },
                 pk="id", if_not_exists=True,
             )
-            self.db["prompts"].create({"prompt_hash": str, "messages": str}, pk="prompt_hash", if_not_exists=True)
-            self.db["grades"].create(
+            self.db.table("prompts").create({"prompt_hash": str, "messages": str}, pk="prompt_hash", if_not_exists=True)
+            self.db.table("grades").create(
                 {
                     "call_key": str, "item_key": str, "label": str, "score": float, "method": str, "extracted": str,
                     "reason": str, "created_at": str,
                 },
                 pk=("call_key", "item_key"), if_not_exists=True,
             )
-            self.db["meta"].create({"k": str, "v": str}, pk="k", if_not_exists=True)
-            self.db["call_log"].create_index(["key"], if_not_exists=True)
+            self.db.table("meta").create({"k": str, "v": str}, pk="k", if_not_exists=True)
+            self.db.table("call_log").create_index(["key"], if_not_exists=True)
 
     # ------------------------------------------------------------------------------------------- cache
 

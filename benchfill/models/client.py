@@ -38,7 +38,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from benchfill.errors import InputError
 from benchfill.models.cache import CallCache, call_key, scrub, secret_values
-from benchfill.models.config import ModelConfig
+from benchfill.models.config import ModelConfig, import_litellm, litellm_loaded
 
 if TYPE_CHECKING:  # pragma: no cover
     from benchfill.data import Item
@@ -46,24 +46,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from benchfill.models.vllm_backend import VLLMBackend
 
 Messages = Sequence[Mapping[str, Any]]
-_LITELLM: Any = None
-_LITELLM_LOCK = threading.Lock()
-
-
-def import_litellm() -> Any:
-    """Import litellm once, offline and quiet: the bundled cost map (no download), no debug banners."""
-    global _LITELLM
-    if _LITELLM is None:
-        with _LITELLM_LOCK:
-            if _LITELLM is None:
-                os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-                import litellm
-
-                litellm.suppress_debug_info = True
-                if hasattr(litellm, "telemetry"):
-                    litellm.telemetry = False
-                _LITELLM = litellm
-    return _LITELLM
 
 
 @dataclass
@@ -478,8 +460,8 @@ class ModelClient:
         """
         spec = self._spec(cfg)
         key_params = spec.key_params(sample_index, params)
-        messages = [dict(m) for m in messages]
-        key = call_key(cfg.model, messages, key_params, sample_index)
+        request = [dict(m) for m in messages]  # plain dicts: what the key hashes and the backends send
+        key = call_key(cfg.model, request, key_params, sample_index)
         hit = self.cache.get(key)
         if hit is not None:
             # a sample that a vLLM batch (prefetch) drew in this session is reported once as a call made now
@@ -497,7 +479,7 @@ class ModelClient:
         future: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            result = await self._dispatch(spec, messages, key_params, key, sample_index, role, item)
+            result = await self._dispatch(spec, request, key_params, key, sample_index, role, item)
             future.set_result(result)
         except BaseException as exc:
             if not future.done():
@@ -508,37 +490,37 @@ class ModelClient:
             del self._inflight[key]
         return self._emit(result)
 
-    async def _dispatch(self, spec: _Spec, messages: list[dict[str, Any]], params: dict[str, Any], key: str,
+    async def _dispatch(self, spec: _Spec, request: list[dict[str, Any]], params: dict[str, Any], key: str,
                         sample_index: int, role: str, item: "Item | None") -> CallResult:
         cfg = spec.cfg
         if cfg.backend == "sim":
-            return self._call_sim(cfg, messages, params, key, sample_index, role, item)
+            return self._call_sim(cfg, request, params, key, sample_index, role, item)
         if cfg.backend == "vllm":
-            await self._vllm_batch(cfg, [(messages, [sample_index])], role=role, override=params)
+            await self._vllm_batch(cfg, [(request, [sample_index])], role=role, override=params)
             hit = self.cache.get(key)
             if hit is None:  # pragma: no cover - the batch stores every sample or raises
                 return CallResult(None, error="vLLM produced no output", key=key, model=cfg.model, role=role)
             self._fresh.discard(key)
             return CallResult(hit.text, hit.tokens_in, hit.tokens_out, 0.0, hit.latency_s, False, None, key,
                               cfg.model, role, sample_index, 1, finish_reason=hit.finish_reason)
-        return await self._call_litellm(spec, messages, params, key, sample_index, role)
+        return await self._call_litellm(spec, request, params, key, sample_index, role)
 
-    def _call_sim(self, cfg: ModelConfig, messages: list[dict[str, Any]], params: dict[str, Any], key: str,
+    def _call_sim(self, cfg: ModelConfig, request: list[dict[str, Any]], params: dict[str, Any], key: str,
                   sample_index: int, role: str, item: "Item | None") -> CallResult:
         if self.sim is None:
             raise InputError("<config>", f"{cfg.model} is a simulated model but no simulated world is configured")
         t0 = time.perf_counter()
-        text = self.sim.respond(cfg.model, messages, key=key, role=role, item=item)
+        text = self.sim.respond(cfg.model, request, key=key, role=role, item=item)
         latency = time.perf_counter() - t0
-        tokens_in = sum(len(str(m.get("content", ""))) for m in messages) // 4
+        tokens_in = sum(len(str(m.get("content", ""))) for m in request) // 4
         tokens_out = len(text) // 4
-        self.cache.put(key, model=cfg.model, role=role, sample_index=sample_index, messages=messages, params=params,
+        self.cache.put(key, model=cfg.model, role=role, sample_index=sample_index, messages=request, params=params,
                        text=text, tokens_in=tokens_in, tokens_out=tokens_out, cost=0.0, latency_s=latency, attempts=1,
                        simulated=True)
         return CallResult(text, tokens_in, tokens_out, 0.0, latency, False, None, key, cfg.model, role, sample_index,
                           1, True)
 
-    async def _call_litellm(self, spec: _Spec, messages: list[dict[str, Any]], params: dict[str, Any], key: str,
+    async def _call_litellm(self, spec: _Spec, request: list[dict[str, Any]], params: dict[str, Any], key: str,
                             sample_index: int, role: str) -> CallResult:
         cfg = spec.cfg
         send = {**params, **spec.send}
@@ -577,7 +559,7 @@ class ModelClient:
                         attempts = attempt.retry_state.attempt_number
                         t_attempt = time.perf_counter()
                         async with asyncio.timeout(backstop):
-                            response = await spec.call(messages, send)
+                            response = await spec.call(request, send)
                         text, finish = _response_text(response)
             except Exception as exc:  # recorded and returned, never dropped
                 error = _describe(exc, spec.secrets)
@@ -595,7 +577,7 @@ class ModelClient:
             latency = time.perf_counter() - t0
             tokens_in, tokens_out = _usage(response)
             cost = _cost(response)
-            self.cache.put(key, model=cfg.model, role=role, sample_index=sample_index, messages=messages,
+            self.cache.put(key, model=cfg.model, role=role, sample_index=sample_index, messages=request,
                            params=params, text=text, tokens_in=tokens_in, tokens_out=tokens_out, cost=cost,
                            latency_s=latency, attempts=attempts, simulated=False, finish_reason=finish)
         return CallResult(text, tokens_in, tokens_out, cost, latency, False, None, key, cfg.model, role, sample_index,
@@ -722,7 +704,7 @@ class ModelClient:
         self.cache.close()
         if self._vllm is not None:
             self._vllm.close()  # ends the engine process: its GPU memory is free for whatever runs next
-        if _LITELLM is not None:
+        if litellm_loaded():
             try:
                 from litellm.litellm_core_utils.logging_worker import GLOBAL_LOGGING_WORKER
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any, Iterator, Literal
@@ -27,7 +28,7 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from benchfill.errors import InputError, field_path
+from benchfill.errors import InputError, did_you_mean, field_path
 
 Role = Literal["rewriter", "judge", "panel", "grader"]
 ROLES: tuple[Role, ...] = ("rewriter", "judge", "panel", "grader")
@@ -373,13 +374,6 @@ def load_config(path: str | Path) -> RunConfig:
     return config_from_dict(data, source=str(path))
 
 
-def _did_you_mean(word: str, choices: Any) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 def _check_defaults(path: Path, defaults: Any) -> None:
     """A typo in ``[defaults]`` is reported on ``[defaults]`` (it would otherwise surface on every role it was
     merged into, as ``rewriter.rolouts``)."""
@@ -388,7 +382,7 @@ def _check_defaults(path: Path, defaults: Any) -> None:
     fields = set(ModelConfig.model_fields)
     for key in defaults:
         if key not in fields:
-            raise InputError(str(path), f"[defaults].{key}: unknown field{_did_you_mean(key, sorted(fields))}")
+            raise InputError(str(path), f"[defaults].{key}: unknown field{did_you_mean(key, sorted(fields))}")
 
 
 def config_from_dict(data: dict[str, Any], source: str = "<memory>") -> RunConfig:
@@ -409,7 +403,8 @@ def _known_fields(loc: tuple[Any, ...]) -> list[str]:
     """The field names allowed where an unknown one was found (for "did you mean")."""
     if len(loc) <= 1:
         return [f for f in RunConfig.model_fields if f != "source"]
-    section = {"fill": FillParams, "sim": SimConfig}.get(str(loc[0]), ModelConfig)
+    sections: dict[str, type[BaseModel]] = {"fill": FillParams, "sim": SimConfig}
+    section = sections.get(str(loc[0]), ModelConfig)
     return list(section.model_fields)
 
 
@@ -431,7 +426,7 @@ def config_error(source: str, exc: ValidationError) -> InputError:
             break
     else:
         if kind == "extra_forbidden":
-            msg = "unknown field" + _did_you_mean(loc[-1] if loc else "", _known_fields(loc))
+            msg = "unknown field" + did_you_mean(str(loc[-1]) if loc else "", _known_fields(loc))
         elif kind == "missing":
             msg = "required, missing"
         elif kind.startswith(("int_", "float_", "bool_", "string_", "dict_", "list_", "tuple_")):
@@ -444,10 +439,35 @@ def config_error(source: str, exc: ValidationError) -> InputError:
 # ----------------------------------------------------------------------------------------------- validation
 
 
+_LITELLM: Any = None
+_LITELLM_LOCK = threading.Lock()
+
+
+def import_litellm() -> Any:
+    """Import litellm once, offline and quiet: the bundled cost map (no download), no debug banners."""
+    global _LITELLM
+    if _LITELLM is None:
+        with _LITELLM_LOCK:
+            if _LITELLM is None:
+                os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+                import litellm
+
+                litellm.suppress_debug_info = True
+                if hasattr(litellm, "telemetry"):
+                    litellm.telemetry = False
+                _LITELLM = litellm
+    return _LITELLM
+
+
+def litellm_loaded() -> bool:
+    """Whether :func:`import_litellm` has run in this process (shutdown stops litellm's logger only then)."""
+    return _LITELLM is not None
+
+
+
+
 def _litellm_provider(model: str, api_base: str | None) -> str:
     """The provider litellm maps ``model`` to; raises ValueError when it cannot."""
-    from benchfill.models.client import import_litellm
-
     litellm = import_litellm()
     try:
         _, provider, _, _ = litellm.get_llm_provider(model=model, api_base=api_base)
@@ -498,8 +518,6 @@ def validate_model(cfg: ModelConfig, where: str, source: str, sim: SimConfig | N
         return
     if cfg.is_local() or provider in ("hosted_vllm", "ollama", "ollama_chat", "lm_studio", "llamafile"):
         return  # a local server: no key needed
-    from benchfill.models.client import import_litellm
-
     try:
         env = import_litellm().validate_environment(model=cfg.model, api_base=cfg.api_base)
     except Exception:  # pragma: no cover - litellm could not tell; let the call report it

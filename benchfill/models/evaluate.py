@@ -26,7 +26,7 @@ import asyncio
 import csv
 import io
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -39,7 +39,7 @@ from benchfill.io import atomic_write_json, atomic_write_text
 from benchfill.models.cache import CallCache
 from benchfill.models.client import CallResult, CallsFailed, ClientStats, ModelClient
 from benchfill.models.config import ModelConfig, RunConfig, load_config, validate_config
-from benchfill.models.grading import FORM_PREFIX, GradeResult, Grader, is_form_failure
+from benchfill.models.grading import FORM_PREFIX, Grader, GradeResult, is_form_failure
 from benchfill.models.prompts import PromptLibrary, answer_messages
 
 RESPONSES = "responses.csv"
@@ -114,15 +114,20 @@ async def answer_and_grade(client: ModelClient, grader: Grader, model: ModelConf
     cached anyway). The answer is graded from the stored reply, after it was committed."""
     result = await client.complete(model, messages, sample_index=sample_index, role="panel", item=item)
     if not result.ok:
-        return result, GradeResult("skip", 0.0, "call", None, f"call failed: {result.error}")
+        return result, GradeResult("skip", 0.0, "call", None, f"call failed: {result.error}", failure="call")
     stored = client.cache.get_grade(result.key, fingerprint)
     if stored is not None:
         return result, GradeResult(stored["label"], stored["score"] or 0.0, stored["method"], stored["extracted"],
                                    stored["reason"])
     grade = await grader.grade(item, result.text, result.finish_reason)
-    if not (grade.label == "skip" and grade.reason and grade.reason.startswith("judge failed")):
+    if not grade.retryable:
         client.cache.put_grade(result.key, fingerprint, grade.as_dict())
     return result, grade
+
+
+def failure_text(result: CallResult, grade: GradeResult) -> str:
+    """What failed, for a retryable grade: the call's error, else the judge's."""
+    return result.error if not result.ok and result.error else (grade.reason or "judge failed")
 
 
 async def run_evaluation(
@@ -167,8 +172,8 @@ async def run_evaluation(
         cell = counts[(model.label, item.id)]
         if grade.label == "skip":
             skips.append((model.label, item.id, k, grade.method, grade.reason or ""))
-            if grade.method == "call" or (grade.reason or "").startswith("judge failed"):
-                failures.append(result.error if not result.ok else (grade.reason or "judge failed"))
+            if grade.retryable:
+                failures.append(failure_text(result, grade))
         else:
             if is_form_failure(grade):
                 wrong_form[model.label][(grade.reason or "").removeprefix(FORM_PREFIX)] += 1

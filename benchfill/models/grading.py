@@ -40,6 +40,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from benchfill.models.prompts import PromptLibrary
 
 Label = Literal["correct", "incorrect", "skip"]
+# why no verdict could be reached: the model call failed, or the grading judge did. Neither is the item's or the
+# answering model's doing, so the grade is never stored and a rerun asks again (every command stops on them)
+Failure = Literal["call", "judge"]
 GRADER_VERSION = "3"  # bump when a rule changes: stored grades keyed by an older version are recomputed
 
 
@@ -53,6 +56,8 @@ class GradeResult:
         method: the route taken (``mcq``, ``numeric``, ``math``, ``short``, ``judge``...).
         extracted: the answer read from the response, if any.
         reason: why, for skips and judge verdicts.
+        failure: for a skip that a rerun should ask again: ``call`` (the answer's call failed) or ``judge``
+            (the grading judge's did); None otherwise.
     """
 
     label: Label
@@ -60,10 +65,16 @@ class GradeResult:
     method: str
     extracted: str | None = None
     reason: str | None = None
+    failure: Failure | None = None
 
     @property
     def counted(self) -> bool:
         return self.label != "skip"
+
+    @property
+    def retryable(self) -> bool:
+        """A failed call or a failed grading judge: not a property of the item, so a rerun asks again."""
+        return self.failure is not None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -778,6 +789,6 @@ class Grader:
             schema=JudgeReply,
         )
         if not result.ok or result.parsed is None:
-            return _skip("judge", f"judge failed: {result.error}")
+            return GradeResult("skip", 0.0, "judge", None, f"judge failed: {result.error}", failure="judge")
         verdict = result.parsed
         return GradeResult(verdict["label"], verdict["score"], "judge", None, verdict["reason"] or None)

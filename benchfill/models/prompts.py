@@ -17,6 +17,7 @@ children as JSON), ``rewrite_blind`` (the budget-matched baseline: no difficulty
 
 from __future__ import annotations
 
+import hashlib
 import string
 from importlib import resources
 from pathlib import Path
@@ -67,6 +68,19 @@ class PromptLibrary:
             if not path.is_file():
                 raise InputError(self.source, f"prompts.{name}: template file {path} not found")
             self._parse(name)
+
+    def overrides_digest(self) -> str | None:
+        """A digest of every override template's name and text (None without overrides): what a run's resume
+        fingerprint holds, so that editing an override is a different run."""
+        names = set(self.files)
+        if self.folder is not None:
+            names |= {p.stem for p in self.folder.glob("*.txt")}
+        if not names:
+            return None
+        h = hashlib.sha256()
+        for name in sorted(names):
+            h.update(f"{name}\0{self.text(name)}\0".encode())
+        return h.hexdigest()[:16]
 
     def path(self, name: str) -> Path:
         """The file that template ``name`` is read from."""
@@ -167,7 +181,8 @@ def rewrite_messages(
     """The rewriter request. ``target`` and ``parent_difficulty`` are on the 0-10 scale (10 x normalised d);
     ``target=None`` gives the budget-matched baseline prompt (``rewrite_blind``: no difficulty feedback)."""
     lib = library or _DEFAULT
-    common = {"parent_question": parent.question.strip(), "parent_answer": parent.answer, "n_children": n_children}
+    common: dict[str, Any] = {"parent_question": parent.question.strip(), "parent_answer": parent.answer,
+                              "n_children": n_children}
     if parent.choices:
         common["parent_question"] += "\n\nOptions:\n" + format_choices(parent.choices)
     if target is None:

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from benchfill.data import Item, text_key  # noqa: F401  (text_key: found here by the worlds' users too)
+from benchfill.data import Item, text_key
 
 SIM_LABEL = "SIMULATED"
 SIM_PREFIX = "sim/"
@@ -221,7 +221,8 @@ class SimWorld:
             known = self._by_text.get(text_key(parent_text.split("\n\nOptions:\n")[0]))
             parent_b = known.b if known else float(_rng(self.seed, "b", text_key(parent_text)).standard_normal())
         target = _TARGET.search(prompt)
-        n = int(_CHILDREN.search(prompt).group(1)) if _CHILDREN.search(prompt) else 4
+        asked = _CHILDREN.search(prompt)
+        n = int(asked.group(1)) if asked else 4
         rng = _rng(self.seed, "rewrite", model, key)
         children = []
         base = strip_tag(parent_text)

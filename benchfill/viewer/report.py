@@ -16,8 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchfill.graphs.trace import gap_trace, review_item, review_queue
 from benchfill.memory.bank import REVIEW_RULE, MemoryBank
+from benchfill.memory.trace import gap_trace, review_item, review_queue
 
 REPORT = "report.html"
 

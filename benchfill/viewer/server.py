@@ -30,6 +30,7 @@ class ViewServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
+        host = host.decode() if isinstance(host, bytes) else host
         return f"http://{host}:{port}/"
 
     def page(self) -> str:
@@ -43,7 +44,7 @@ class ViewServer:
                 bank.close()
 
     def vote(self, body: dict[str, Any]) -> dict[str, Any]:
-        from benchfill.graphs.trace import review_item
+        from benchfill.memory.trace import review_item
 
         cid = str(body.get("candidate") or "")
         reviewer = str(body.get("reviewer") or "").strip()
@@ -101,7 +102,7 @@ def _handler(server: ViewServer):
                 self._json(403, {"error": "wrong Host"})
             return ok
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             if not self._local_host():
                 return
             if self.path.split("?")[0] not in ("/", "/index.html", "/report.html"):
@@ -109,7 +110,7 @@ def _handler(server: ViewServer):
                 return
             self._send(200, server.page().encode("utf-8"), "text/html; charset=utf-8")
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             if not self._local_host():
                 return
             if self.path != "/api/review":

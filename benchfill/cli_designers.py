@@ -82,13 +82,18 @@ def run_cmd(
 ) -> None:
     """Every designer writes a quota-controlled suite; every answerer answers every item; checks and the judge
     build the core set; the leaderboard, report.json, matrix.csv and heatmap.png go to the run folder."""
-    from benchfill.api import designers_run
-    from benchfill.designers.report import (across_table, breakdown_table, calibration_table, leaderboard_table,
-                                            preference_table)
-    from benchfill.designers.results import SIM_NOTE
     from rich.markup import escape
 
+    from benchfill.api import designers_run
     from benchfill.designers.quotas import load_quotas, quota_warnings
+    from benchfill.designers.report import (
+        across_table,
+        breakdown_table,
+        calibration_table,
+        leaderboard_table,
+        preference_table,
+    )
+    from benchfill.designers.results import SIM_NOTE
 
     for line in quota_warnings(load_quotas(quotas), str(quotas)):
         result_console(json_out).print(f"[yellow]warning: {escape(line)}[/]", highlight=False)

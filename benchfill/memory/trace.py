@@ -66,12 +66,13 @@ def review_queue(bank: MemoryBank) -> list[dict[str, Any]]:
         if g["status"] not in ("filled", "near"):
             continue
         approve, reject = bank.approvals(g["chosen"])
+        chosen = bank.candidate(g["chosen"])
+        assert chosen is not None, g["chosen"]  # a gap's chosen item is one of its candidates
         out.append({"candidate": g["chosen"], "gap": g["gap"], "target": g["target"], "d": g["chosen_d"],
                     "d_sd": g["chosen_d_sd"], "gap_status": g["status"], "p_inside": g.get("p_inside"),
                     "p_within": g.get("p_within"), "approvals": approve, "rejections": reject,
                     "status": bank.review_status(g["chosen"]),
-                    "question": bank.candidate(g["chosen"])["question"],
-                    "answer": bank.candidate(g["chosen"])["answer"]})
+                    "question": chosen["question"], "answer": chosen["answer"]})
     return out
 
 
@@ -116,6 +117,7 @@ def filled_benchmark(bank: MemoryBank, include_pending: bool = False) -> tuple[l
         if entry["status"] != "accepted" and not (include_pending and entry["status"] == "pending"):
             continue
         c = bank.candidate(entry["candidate"])
+        assert c is not None, entry["candidate"]  # the review queue lists the bank's own candidates
         items.append(Item(
             id=f"benchfill-{c['id']}", question=c["question"], answer=c["answer"], format=c.get("format") or None,
             metadata={"benchfill": {

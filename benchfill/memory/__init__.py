@@ -1,0 +1,1 @@
+"""The fill's memory bank (SQLite) and its read model: traces, the review queue, export."""
