@@ -51,6 +51,46 @@ class Item(BaseModel):
         """The declared format, else one inferred from the choices and the gold answer."""
         return self.format or infer_format(self.answer, self.choices)
 
+    @property
+    def guessing_rate(self) -> float:
+        """The IRT lower asymptote c of this item (:func:`guessing_rate`): multiple choice keying one option or
+        several (a gold answer that lists letters), else 0. What ``diagnose``, ``fill``, ``designers run`` and the
+        simulated world use."""
+        k = len(self.choices or [])
+        if not k or self.resolved_format != "mcq":
+            return 0.0
+        keyed = keyed_letters(self.answer, k)
+        return guessing_rate(k, multi=keyed is not None and len(keyed) > 1)
+
+
+def guessing_rate(n_choices: int, *, multi: bool = False) -> float:
+    """The chance that a uniformly random answer is graded correct: 1/k for k-option multiple choice, 1/(2^k - 1)
+    for a multi-answer one (a random non-empty set of the k options, graded as the exact set), 0 without options."""
+    if n_choices <= 0:
+        return 0.0
+    return 1.0 / (2**n_choices - 1) if multi else 1.0 / n_choices
+
+
+OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_LETTER_LIST = re.compile(r"\(?([A-Za-z])\)?((?:\s*(?:,|and|&|/|;)\s*\(?[A-Za-z]\)?)*)\.?")
+
+
+def letters_in(fragment: str) -> list[str]:
+    """The letters of an option-letter list ("A, C", "B and D"), in order."""
+    return re.findall(r"[A-Za-z]", re.sub(r"\band\b", ",", fragment))
+
+
+def keyed_letters(answer: str, n_choices: int) -> set[str] | None:
+    """The option letters a gold answer written as letters keys ("B", "(A), C", "A and D"), upper case; None when
+    it is not a letter list within the ``n_choices`` options (0: any), e.g. an option's text or index."""
+    gold = answer.strip()
+    if _LETTER_LIST.fullmatch(gold) is None:
+        return None
+    letters = [c.upper() for c in letters_in(gold)]
+    if n_choices and any(OPTION_LETTERS.index(c) >= n_choices for c in letters):
+        return None
+    return set(letters)
+
 
 _NUMBER = re.compile(r"^[+-]?(\d{1,3}(,\d{3})+|\d+)(\.\d+)?$|^[+-]?\d+/\d+$")
 

@@ -239,3 +239,26 @@ def test_item_groups_quoted_and_short_rows(tmp_path):
         read_item_groups(table, "task", ["q1"])
     with pytest.raises(InputError, match=r"not a valid CSV \(expected 3 fields in line 3, saw 4\)"):
         read_item_groups(write(tmp_path, "u.csv", "item_id,benchmark,note\nq1,A,x\nq2,B,y,z\n"), "benchmark", ["q1"])
+
+
+def test_one_guessing_rate_for_diagnose_the_designers_and_the_simulated_world():
+    """A multi-answer item gets c = 1/(2^k - 1) everywhere (diagnose gave it 1/k while designers gave 1/(2^k - 1));
+    a single-answer one 1/k, an item without options 0."""
+    from benchfill.designers.generate import DesignedItem
+    from benchfill.designers.pipeline import guessing
+    from benchfill.irt.model import IRTSpec
+    from benchfill.models.sim import SimWorld
+
+    opts = ["w", "x", "y", "z"]
+    items = [Item(id="one", question="q", answer="B", choices=opts),
+             Item(id="text", question="q", answer="y", choices=opts),
+             Item(id="multi", question="q", answer="A, C", choices=opts),
+             Item(id="open", question="q", answer="12")]
+    want = [0.25, 0.25, 1 / 15, 0.0]
+    assert [it.guessing_rate for it in items] == pytest.approx(want)
+    assert list(IRTSpec.for_items([it.id for it in items], items).guessing) == pytest.approx(want)
+    designed = DesignedItem(id="m", designer="d", slot="s", round=0, spec={}, question="q", answer="A, C",
+                            choices=opts, format="mcq_multi")
+    assert guessing(designed) == pytest.approx(1 / 15)
+    world = SimWorld.from_abilities({"m": -30.0}, {it.id: 0.0 for it in items})
+    assert [world.p_correct("m", it) for it in items] == pytest.approx(want, abs=1e-9)

@@ -27,12 +27,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from benchfill.data import ResponseMatrix, load_items
+from benchfill.data import ResponseMatrix, guessing_rate, load_items
 from benchfill.designers import metrics as M
 from benchfill.designers.card import DomainCard, load_card
 from benchfill.designers.config import DesignersConfig, load_designers_config, validate_designers_config
 from benchfill.designers.generate import DesignedItem, generate_suite
-from benchfill.designers.quotas import AXES, Plan, QuotaSpec, axis_targets, design_format, load_quotas, make_plan
+from benchfill.designers.quotas import AXES, Plan, QuotaSpec, axis_targets, load_quotas, make_plan
 from benchfill.designers.results import SIM_NOTE, CallUsage, DesignersReport, DesignersRun
 from benchfill.designers.validate import Answer, ItemVerdict, answer_items, choose_strong, count_matrix, judge_items
 from benchfill.errors import InputError
@@ -336,12 +336,11 @@ def _find_seed_items(seed_items: str | Path | None, card: DomainCard, card_path:
 
 
 def guessing(rec: DesignedItem) -> float:
-    """The IRT lower asymptote c of a designed item: 1/k for k-option multiple choice, 1/(2^k - 1) for a
-    multi-answer one (a random non-empty set of options), 0 otherwise."""
-    k = len(rec.choices or [])
-    if not k:
+    """The IRT lower asymptote c of a designed item (:func:`benchfill.data.guessing_rate` of its declared
+    format: ``mcq`` or ``mcq_multi``; 0 otherwise)."""
+    if rec.format not in ("mcq", "mcq_multi"):
         return 0.0
-    return 1.0 / k if rec.format == "mcq" else 1.0 / (2 ** k - 1) if rec.format == "mcq_multi" else 0.0
+    return guessing_rate(len(rec.choices or []), multi=rec.format == "mcq_multi")
 
 
 def _irt_difficulties(cfg: DesignersConfig, core: Sequence[DesignedItem], c: np.ndarray, t: np.ndarray,
@@ -413,8 +412,7 @@ def _seed_matrix(out: Path, seed: Mapping[str, Any] | None, card: DomainCard, ca
         it = items.get(i)
         lv = _level_of(it) if it is not None else None
         levels.append(float(lv[1]) if lv else None)
-        k = len(it.choices) if it is not None and it.resolved_format == "mcq" and it.choices else 0
-        guess.append(0.0 if not k else 1.0 / (2 ** k - 1) if design_format(it) == "mcq_multi" else 1.0 / k)
+        guess.append(it.guessing_rate if it is not None else 0.0)
     return (c[:, keep], t[:, keep]), levels, np.array(guess)
 
 

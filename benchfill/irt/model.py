@@ -56,8 +56,9 @@ class IRTSpec:
     @classmethod
     def for_items(cls, item_ids: list[str], items=None, *, guessing: float | None = None, choices: int | None = None,
                   kind: IRTKind = "1pl", population: PopulationKind = DEFAULT_POPULATION) -> "IRTSpec":
-        """The spec for a benchmark: c = ``guessing`` for every item, else 1/``choices``, else 1/k for items whose
-        ``choices`` list has k options (items: benchfill.data.Item sequence), else no guessing."""
+        """The spec for a benchmark: c = ``guessing`` for every item, else 1/``choices``, else each item's own
+        :attr:`benchfill.data.Item.guessing_rate` (items: benchfill.data.Item sequence; 1/k for k-option multiple
+        choice, 1/(2^k - 1) where it keys several options), else no guessing."""
         c = np.zeros(len(item_ids))
         if guessing is not None:
             c[:] = guessing
@@ -65,7 +66,7 @@ class IRTSpec:
             c[:] = 1.0 / choices
         elif items is not None:
             by_id = {it.id: it for it in items}
-            c = np.array([1.0 / len(by_id[i].choices) if by_id[i].choices else 0.0 for i in item_ids])
+            c = np.array([by_id[i].guessing_rate for i in item_ids])
         return cls(kind=kind, guessing=c if c.any() else None, population=population)
 
     @property

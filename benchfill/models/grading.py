@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from benchfill.data import Item
+from benchfill.data import Item, keyed_letters, letters_in
 
 if TYPE_CHECKING:  # pragma: no cover
     from benchfill.models.client import ModelClient
@@ -393,19 +393,15 @@ _MCQ_KEYWORDS = [
 ]
 
 
-def _letters_in(fragment: str) -> list[str]:
-    return re.findall(r"[A-Za-z]", re.sub(r"\band\b", ",", fragment))
-
-
 def _gold_letters(item: Item) -> set[str] | None:
     """The keyed option letter(s) of an mcq item: a letter list, an option's text, or a 0-based index."""
     from benchfill.models.prompts import LETTERS
 
     gold = item.answer.strip()
     choices = item.choices or []
-    m = re.fullmatch(r"\(?([A-Za-z])\)?((?:\s*(?:,|and|&|/|;)\s*\(?[A-Za-z]\)?)*)\.?", gold)
-    if m and (not choices or all(LETTERS.index(c.upper()) < len(choices) for c in _letters_in(gold))):
-        return {c.upper() for c in _letters_in(gold)}
+    listed = keyed_letters(gold, len(choices))
+    if listed is not None:
+        return listed
     norm = normalize_short(gold)
     for k, choice in enumerate(choices):
         if normalize_short(_strip_option_prefix(choice)) == norm:
@@ -436,7 +432,7 @@ def extract_choice(response: str | None, n_choices: int | None, choices: list[st
 
     def take(fragment_match: re.Match[str], tail: str) -> set[str] | None:
         first, rest = fragment_match.group(1), fragment_match.group(2) or ""
-        letters = [first] + _letters_in(rest)
+        letters = [first] + letters_in(rest)
         if any(c.islower() for c in letters) and not re.match(r"^\s*(?:[.,;:!?)\]*]|$)", tail):
             return None
         if first.upper() == "I" and re.match(r"^\s+(?:think|believe|would|am|guess|'m)\b", tail):
@@ -451,7 +447,7 @@ def extract_choice(response: str | None, n_choices: int | None, choices: list[st
         inner = re.sub(r"\\text\{([^{}]*)\}", r"\1", boxed).strip()
         m = re.fullmatch(r"\(?([A-Za-z])\)?((?:\s*(?:,|and|&|/)\s*\(?[A-Za-z]\)?)*)\.?", inner)
         if m:
-            found = {c.upper() for c in [m.group(1)] + _letters_in(m.group(2) or "")}
+            found = {c.upper() for c in [m.group(1)] + letters_in(m.group(2) or "")}
             if found <= valid:
                 return found
     best: tuple[int, int, set[str]] | None = None
@@ -473,7 +469,7 @@ def extract_choice(response: str | None, n_choices: int | None, choices: list[st
     whole = re.sub(r"^(?:answer|option|choice)\s*:?\s*", "", whole, flags=re.IGNORECASE).rstrip(".").strip("*").strip()
     m = re.fullmatch(r"\(?([A-Za-z])\)?((?:\s*(?:,|and|&|/)\s*\(?[A-Za-z]\)?)*)", whole)
     if m:
-        found = {c.upper() for c in [m.group(1)] + _letters_in(m.group(2) or "")}
+        found = {c.upper() for c in [m.group(1)] + letters_in(m.group(2) or "")}
         if found <= valid:
             return found
     if choices:

@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from benchfill.data import Item
+from benchfill.data import OPTION_LETTERS, Item
 from benchfill.errors import InputError
 
 BUILTIN_DIR = Path(str(resources.files("benchfill"))) / "prompts"
@@ -33,7 +33,7 @@ ANSWER_TEMPLATE = {
 }
 DEFAULT_RUBRIC = "The response is correct if its final answer means the same as the reference answer."
 MAX_REFERENCES = 16
-LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+LETTERS = OPTION_LETTERS  # option letters, in order
 
 
 class PromptLibrary:

@@ -150,8 +150,8 @@ class SimWorld:
         return self.abilities[name]
 
     def p_correct(self, model: str, item: Item) -> float:
-        """c + (1 - c) sigmoid(theta - b); c = 1/k for k-option multiple choice, else 0."""
-        c = 1.0 / len(item.choices) if item.resolved_format == "mcq" and item.choices else 0.0
+        """c + (1 - c) sigmoid(theta - b); c = the item's guessing rate (:attr:`benchfill.data.Item.guessing_rate`)."""
+        c = item.guessing_rate
         return c + (1.0 - c) * _sigmoid(self.theta(model) - self.latent_b(item))
 
     def d_to_b(self, d: float) -> float:
