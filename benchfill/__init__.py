@@ -1,6 +1,12 @@
 """benchfill: a benchmark as an empirical measure over item difficulty.
 
-data -> irt -> diagnostics -> graphs (which use models and memory); the CLI sits on top.
+The methods follow "Your Benchmark Is an Empirical Measure Over Difficulty" (2026: DDM, maximum gap, IRT
+difficulty, BenchFill) and, for ``benchfill designers``, "BenchBench: Benchmarking Automated Benchmark Generation"
+(arXiv 2603.20807); README.md says where benchfill departs from them (the learned difficulty population, decisions
+by posterior probability) and why.
+
+data -> importers -> irt -> diagnostics -> models / memory -> graphs -> designers -> api -> cli, checked by
+``lint-imports`` (README: Architecture).
 """
 
 import os as _os

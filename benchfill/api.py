@@ -38,7 +38,8 @@ DIAGNOSIS_GAPS = 10  # gaps a diagnosis records, largest first (the CLI's --top-
 def load_responses(source: Any, *, items: str | Path | Sequence[Item] | None = None, models: int | None = None,
                    models_file: str | Path | None = None) -> ResponseMatrix:
     """Response counts from a path (long CSV/JSONL, wide 0/1, py-irt jsonlines, or eval logs: a file or a folder),
-    a pandas DataFrame in long format (``model, item_id, n_correct, n_trials``) or a ResponseMatrix; validated
+    a pandas DataFrame in long format (``model, item_id, n_correct, n_trials``) or wide 0/1 (a row per model, a
+    column per item; names in the first column or the index), or a ResponseMatrix; validated
     against ``items`` when given; then ``models_file`` names the models to keep, else ``models`` keeps that many
     spread evenly by accuracy (the paper's 12), else all."""
     import pandas as pd
@@ -126,7 +127,7 @@ def diagnose(responses: ResponseMatrix | Any, *, items: str | Path | Sequence[It
              guessing: float | None = None, choices: int | None = None, robustness: bool = False,
              top_gaps: int = DIAGNOSIS_GAPS, on_stage: Any = None, on_picture: Any = None,
              prior: str = DEFAULT_POPULATION) -> Diagnosis:
-    """Fit the IRT model and diagnose the benchmark (SPEC sections 2-3): the same defaults as ``benchfill
+    """Fit the IRT model and diagnose the benchmark (README: IRT and checks; Reading the figures): the same defaults as ``benchfill
     diagnose``. ``responses``: anything :func:`load_responses` takes. Multiple-choice items (``choices``) get the
     guessing rate 1/k; ``guessing`` or ``choices`` set one for every item. ``prior``: the difficulties'
     population, learned from the benchmark (``"spline"``, the default, or ``"normal"``) or the paper's fixed N(0, 1)
@@ -286,6 +287,22 @@ def place(scale: Any, responses: ResponseMatrix | Any, *, guessing: float | None
                       responses=str(responses) if isinstance(responses, (str, Path)) else resp.source, models=list(sc.models), b_min=sc.b_min, b_max=sc.b_max, n_draws=sc.n_draws,
                       guessing=sc.guessing if guessing is None else guessing,
                       ignored_models=placed.ignored_models, items=placed.placed_items())
+
+
+def default_diagnosis_path(responses: str | Path, *, models: int | None = None,
+                           models_file: str | Path | None = None) -> Path:
+    """Where ``benchfill diagnose`` writes by default: ``runs/<name>/diagnosis.json``, the name being the response
+    file's without its suffixes, plus the model selection (``-m12`` for ``--models 12``, ``-<file name>`` for
+    ``--models-file``), so that diagnoses of one file with different models do not collide."""
+    path = Path(responses)
+    name = path.name
+    for suffix in (".gz", ".csv", ".jsonl", ".json"):
+        name = name.removesuffix(suffix)
+    if models_file is not None:
+        name += f"-{Path(models_file).stem}"
+    elif models is not None:
+        name += f"-m{models}"
+    return Path("runs") / name / "diagnosis.json"
 
 
 def load_diagnosis(path: str | Path) -> Diagnosis:

@@ -27,8 +27,10 @@ from benchfill.cli_support import (
 )
 from benchfill.errors import InputError, did_you_mean
 
+# help as wide as the terminal up to 120 columns (click's default of 80 cut each command's summary at ~60)
+HELP_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 120}
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmarks as empirical measures over difficulty.",
-                  context_settings={"help_option_names": ["-h", "--help"]})
+                  context_settings=HELP_CONTEXT)
 
 
 def _print_version(value: bool) -> None:
@@ -54,6 +56,11 @@ def _root(
 
 PRIOR_HELP = ("the difficulties' prior: spline (a population learned from the benchmark, log-spline: holes and "
               "tails; default), normal (learned N(mu, sigma)) or paper (the paper's fixed N(0, 1), for its tables)")
+CHAINS_HELP = "posterior chains (the paper: 4)"
+TUNE_HELP = "warm-up steps per chain (the fast sampler discards at most 100: an independence chain needs no more)"
+DRAWS_HELP = "kept posterior draws per chain (the paper: 1,000)"
+SEED_HELP = "random seed: the same seed and inputs give the same result"
+MODELS_FILE_HELP = "keep exactly these models (one name per line)"
 SAMPLER_HELP = "IRT inference: fast (exact: quadrature + independence MH on the abilities; default), pymc (reference NUTS), nutpie, numpyro, map (quick preview)"
 
 
@@ -132,27 +139,28 @@ def diagnose(
     responses: Path = typer.Argument(..., help="response file: long CSV/JSONL (model,item_id,n_correct,n_trials) or wide 0/1"),
     items: Optional[Path] = typer.Option(None, help="items JSONL: checks item ids; multiple choice gets c = 1/k"),
     models: Optional[int] = typer.Option(None, help="keep this many models spread evenly by accuracy (paper: 12; default: all; fill's default is 12, same rule)"),
-    models_file: Optional[Path] = typer.Option(None, help="keep exactly these models (one name per line)"),
+    models_file: Optional[Path] = typer.Option(None, help=MODELS_FILE_HELP),
     sampler: str = typer.Option("fast", help=SAMPLER_HELP),
-    chains: int = typer.Option(4),
-    tune: int = typer.Option(1000),
-    draws: int = typer.Option(1000),
-    seed: int = typer.Option(0),
+    chains: int = typer.Option(4, help=CHAINS_HELP),
+    tune: int = typer.Option(1000, help=TUNE_HELP),
+    draws: int = typer.Option(1000, help=DRAWS_HELP),
+    seed: int = typer.Option(0, help=SEED_HELP),
     guessing: Optional[float] = typer.Option(None, help="fixed guessing rate c for every item"),
     choices: Optional[int] = typer.Option(None, help="every item is k-option multiple choice: c = 1/k"),
     prior: str = typer.Option("spline", "--prior", help=PRIOR_HELP),
     robustness: bool = typer.Option(False, "--robustness", help="leave-one-model-out refits and 1PL vs 2PL BIC"),
-    json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="where to write the JSON (default runs/<name>/diagnosis.json; - = stdout, the picture and scale then go to runs/<name>/)"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="where to write the JSON (default runs/<name>/diagnosis.json, <name> = the file's name, plus -m<N> with --models N; - = stdout, the picture and scale then go to runs/<name>/)"),
     png: Optional[Path] = typer.Option(None, help="picture path (default: next to the JSON)"),
     top_gaps: int = typer.Option(5, help="gaps shown in the table and shaded in the picture"),
     force: bool = typer.Option(False, "--force", help="overwrite an earlier diagnosis in the default folder runs/<name>/"),
 ) -> None:
     """Estimate item difficulty with IRT and diagnose the benchmark: DDM, gaps, flags, checks, picture, JSON."""
+    from benchfill import api
     from benchfill.diagnostics.picture import Painter
 
     _check_fit_options(sampler, chains, tune, draws, guessing, choices, top_gaps)
     out = result_console(json_out)
-    default_json = Path("runs") / _stem(responses) / "diagnosis.json"
+    default_json = api.default_diagnosis_path(responses, models=models, models_file=models_file)
     files_json = default_json if json_out is None or is_stdout(json_out) else Path(json_out)
     if json_out is not None and not is_stdout(json_out) and (files_json.is_dir() or json_out.endswith(("/", "\\"))):
         files_json = files_json / "diagnosis.json"  # a folder: the JSON, picture and scale go inside it
@@ -205,12 +213,12 @@ def suite(
                                                "imported eval logs carry their task: --by task"),
     by: str = typer.Option("benchmark", help="column of the items table that names the benchmark"),
     models: Optional[int] = typer.Option(None, help="keep this many models spread evenly by accuracy"),
-    models_file: Optional[Path] = typer.Option(None),
+    models_file: Optional[Path] = typer.Option(None, help=MODELS_FILE_HELP),
     sampler: str = typer.Option("fast", help=SAMPLER_HELP),
-    chains: int = typer.Option(4),
-    tune: int = typer.Option(1000),
-    draws: int = typer.Option(1000),
-    seed: int = typer.Option(0),
+    chains: int = typer.Option(4, help=CHAINS_HELP),
+    tune: int = typer.Option(1000, help=TUNE_HELP),
+    draws: int = typer.Option(1000, help=DRAWS_HELP),
+    seed: int = typer.Option(0, help=SEED_HELP),
     choices: Optional[int] = typer.Option(None, help="every item is k-option multiple choice: c = 1/k"),
     prior: str = typer.Option("spline", "--prior", help=PRIOR_HELP),
     out: Path = typer.Option(Path("runs/suite"), help="folder for one diagnosis per benchmark and summary.json"),
@@ -285,10 +293,10 @@ def fill(
     config: Path = typer.Option(..., help="models config (TOML/YAML): rewriter, judge, panel, [fill] parameters"),
     out: Path = typer.Option(..., help="run folder (memory bank, checkpoints, labels, summary)"),
     models: Optional[int] = typer.Option(12, help="models kept for the scale, spread evenly by accuracy"),
-    models_file: Optional[Path] = typer.Option(None),
+    models_file: Optional[Path] = typer.Option(None, help=MODELS_FILE_HELP),
     gaps: int = typer.Option(3, help="gaps to fill"),
     sampler: str = typer.Option("", help=SAMPLER_HELP + " (default: fast)"),
-    seed: int = typer.Option(0),
+    seed: int = typer.Option(0, help=SEED_HELP),
     compare: bool = typer.Option(False, "--compare", help="also run the budget-matched baseline and the oracle"),
     resume: bool = typer.Option(False, "--resume", help="continue the run in --out where it stopped (starts it if there is none)"),
     allow_floor_gaps: bool = typer.Option(False, "--allow-floor-gaps", help="also target gaps at the design's resolution floor (no wider than hole-free benchmarks of this panel show)"),
@@ -438,13 +446,6 @@ def _open_bank(run_dir: Path):
     return open_bank(run_dir)
 
 
-def _stem(path: Path) -> str:
-    name = path.name
-    for suffix in (".gz", ".csv", ".jsonl", ".json"):
-        name = name.removesuffix(suffix)
-    return name
-
-
 # ---- detect -----------------------------------------------------------------------------------------------
 
 
@@ -457,7 +458,7 @@ def detect(
     model_b: Optional[str] = typer.Option(None, "--model-b", help="model B (when its file has several)"),
     items: Optional[Path] = typer.Option(None, help="restrict to these item ids (one per line)"),
     permutations: int = typer.Option(100_000, help="random permutations B (paper: 100,000)"),
-    seed: int = typer.Option(0),
+    seed: int = typer.Option(0, help=SEED_HELP),
     alpha: float = typer.Option(0.05, help="test level"),
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the result as JSON here (- = stdout)"),
 ) -> None:

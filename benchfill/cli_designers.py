@@ -1,4 +1,4 @@
-"""``benchfill designers ...``: evaluate LLMs as benchmark designers (BenchBench, SPEC section 7).
+"""``benchfill designers ...``: evaluate LLMs as benchmark designers (BenchBench, benchfill/designers/README.md).
 
     benchfill designers card examples/math500.items.jsonl --out runs/m500.card.yaml
     benchfill designers run --card runs/m500.card.yaml --quotas examples/quotas.yaml \\
@@ -17,7 +17,7 @@ import typer
 
 from benchfill.cli_support import console, friendly_errors, result_console, write_json_result
 
-designers_app = typer.Typer(add_completion=False, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]},
+designers_app = typer.Typer(add_completion=False, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120},
                             help="Evaluate LLMs as benchmark designers (BenchBench): domain card, quota-controlled "
                                  "suites, panel validation, designer leaderboard; rewriters of fill runs too.")
 

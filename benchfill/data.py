@@ -1,6 +1,6 @@
 """The data model: benchmark items and LLM response counts, with loaders that validate as they read.
 
-Response data (SPEC section 1) is long format ``model, item_id, n_correct, n_trials`` (CSV, CSV.GZ or JSONL);
+Response data (README: Data) is long format ``model, item_id, n_correct, n_trials`` (CSV, CSV.GZ or JSONL);
 a wide 0/1 matrix (first column = model, one column per item) and py-irt's jsonlines
 (``{"subject_id", "responses": {item: 0/1}}``) are read too (:func:`read_responses`); other harnesses' eval logs are
 read one layer up, by :func:`benchfill.importers.load_responses`, the reader every command uses. Every rule broken raises
@@ -246,10 +246,14 @@ def read_responses(path: str | Path, items: Sequence[Item] | None = None, *, min
 
 def responses_from_frame(frame: pd.DataFrame, items: Sequence[Item] | None = None, *, source: str = "<DataFrame>",
                          min_models: int = 2) -> ResponseMatrix:
-    """A long-format DataFrame (``model, item_id, n_correct, n_trials``), validated like a file."""
-    for col in ("model", "item_id", "n_correct", "n_trials"):
-        if col not in frame.columns:
-            raise InputError(source, f"missing column {col!r} (long format: model,item_id,n_correct,n_trials)")
+    """A DataFrame in long format (``model, item_id, n_correct, n_trials``) or wide 0/1 (one row per model, one
+    column per item; the model names in the first column, or in the index when it is not a plain 0..n-1 range; a
+    missing cell = not attempted), validated like a file."""
+    if not set(LONG_COLUMNS) <= {str(c) for c in frame.columns}:
+        if frame.shape[1] and not {"item_id", "n_correct", "n_trials"} & {str(c) for c in frame.columns}:
+            return _wide_frame(frame, items, source, min_models)
+        missing = next(col for col in LONG_COLUMNS if col not in frame.columns)
+        raise InputError(source, f"missing column {missing!r} (long format: model,item_id,n_correct,n_trials)")
     # the file readers hand over text columns and a row number; so does a frame ("row" = its position + 1). A missing
     # count stays NaN ("n_correct=nan is missing, NaN or not a number"); a missing model or item_id reads as empty.
     text = frame[list(LONG_COLUMNS)].astype(str)
@@ -260,6 +264,17 @@ def responses_from_frame(frame: pd.DataFrame, items: Sequence[Item] | None = Non
     )
     return _matrix_from_long(Path(source), rows, items, min_models)
 
+
+
+def _wide_frame(frame: pd.DataFrame, items: Sequence[Item] | None, source: str, min_models: int) -> ResponseMatrix:
+    """A wide 0/1 frame read as the wide CSV reader reads its text (row numbers count a header as row 1)."""
+    import pandas as pd
+
+    wide = frame if isinstance(frame.index, pd.RangeIndex) else frame.rename_axis(frame.index.name or "model").reset_index()
+    names = [str(c) for c in wide.columns]
+    columns = [["" if pd.isna(v) else str(v) for v in wide[c].tolist()] for c in wide.columns]
+    path = Path(source)
+    return _matrix_from_long(path, _wide_to_long(path, names, columns), items, min_models)
 
 
 def align_to_items(matrix: ResponseMatrix, items: Sequence[Item], path: str | Path) -> ResponseMatrix:

@@ -370,6 +370,18 @@ def test_second_diagnose_refuses_without_force(small, tmp_path):
     assert third.returncode == 0 and "overwrote the earlier diagnosis" in flat(third.stdout)
 
 
+def test_diagnoses_of_one_file_with_different_models_get_their_own_folders(small, tmp_path, monkeypatch):
+    """The default folder names the model selection: `--models 4` after a diagnose of all models is not refused
+    and overwrites nothing."""
+    monkeypatch.chdir(tmp_path)
+    assert run("diagnose", small).exit_code == 0
+    everything = (tmp_path / "runs" / "small" / "diagnosis.json").read_text()
+    four = run("diagnose", small, "--models", "4")
+    assert four.exit_code == 0, four.output
+    assert json.loads((tmp_path / "runs" / "small-m4" / "diagnosis.json").read_text())["n_models"] == 4
+    assert (tmp_path / "runs" / "small" / "diagnosis.json").read_text() == everything
+
+
 # ---- --json PATH|- on every command that prints a result -----------------------------------------------------------
 
 @pytest.mark.slow  # a whole command end to end (> 10 s): the full suite runs it
@@ -462,3 +474,28 @@ def test_more_models_than_the_file_has_is_said(small, tmp_path):
     res = run("diagnose", small, "--models", "100", "--json", tmp_path / "d.json")
     assert res.exit_code == 0, res.output
     assert "--models 100:" in flat(res.output) and "all 6 are kept" in flat(res.output)
+
+
+def test_command_summaries_use_a_wide_terminal():
+    """On a 120-column terminal the command list shows each summary's whole first sentence (click's default
+    width of 80 cut them at ~60 characters)."""
+    res = runner.invoke(app, ["--help"], terminal_width=120)
+    assert "Fill the largest difficulty gaps with the BenchFill search (rewrite -> validate -> label -> place)." \
+        in res.output, res.output
+
+
+def test_every_option_of_every_command_is_documented():
+    import click
+    import typer
+
+    def commands(group, prefix=""):
+        for name, cmd in group.commands.items():
+            if isinstance(cmd, click.Group):
+                yield from commands(cmd, f"{prefix}{name} ")
+            else:
+                yield f"{prefix}{name}", cmd
+
+    undocumented = [f"{name} {opt.opts[0]}" for name, cmd in commands(typer.main.get_command(app))
+                    for opt in cmd.params if isinstance(opt, click.Option) and opt.opts[0] not in ("--help",)
+                    and not opt.help]
+    assert undocumented == []

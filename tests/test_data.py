@@ -262,3 +262,27 @@ def test_one_guessing_rate_for_diagnose_the_designers_and_the_simulated_world():
     assert guessing(designed) == pytest.approx(1 / 15)
     world = SimWorld.from_abilities({"m": -30.0}, {it.id: 0.0 for it in items})
     assert [world.p_correct("m", it) for it in items] == pytest.approx(want, abs=1e-9)
+
+
+def test_a_wide_dataframe_loads_as_the_same_data_written_as_csv(tmp_path):
+    """A wide 0/1 frame (models in the index or the first column, NaN = not attempted) gives the matrix its CSV
+    gives; a cell that is not 0/1 is one line naming the model, the item and the row."""
+    import pandas as pd
+
+    import benchfill as bf
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.integers(0, 2, (5, 8)), index=[f"m{j}" for j in range(5)],
+                         columns=[f"q{i}" for i in range(8)]).astype(float)
+    frame.iloc[1, 3] = np.nan
+    frame.to_csv(tmp_path / "w.csv", index_label="model")
+    from_csv = bf.load_responses(tmp_path / "w.csv")
+    for wide in (frame, frame.rename_axis("model").reset_index()):
+        got = bf.load_responses(wide)
+        assert got.models == from_csv.models and got.item_ids == from_csv.item_ids
+        assert (got.n_correct == from_csv.n_correct).all() and (got.n_trials == from_csv.n_trials).all()
+    assert got.n_trials.sum() == 39
+    bad = frame.astype(object)
+    bad.iloc[2, 4] = "x"
+    with pytest.raises(InputError, match=r"row 4: wide matrix cell model=m2, q4='x' is not 0/1"):
+        bf.load_responses(bad)

@@ -469,6 +469,18 @@ max_rounds = 2
     return cfg
 
 
+def test_a_panel_of_other_models_is_told_which_command_makes_their_answers(tmp_path, bench):
+    """A panel whose models did not answer the benchmark cannot place children on its scale: one line naming
+    `benchfill evaluate` with this items file and config, before any call."""
+    items, resp = bench
+    cfg = fast_stub_config(tmp_path, 9)
+    cfg.write_text(cfg.read_text().replace('name = "m0', 'name = "other-'))
+    res = fill(items, resp, cfg, tmp_path / "out")
+    assert res.exit_code == 2
+    assert f"run benchfill evaluate {items} --config {cfg}" in flat(res.output), res.output
+    assert not (tmp_path / "out").exists()
+
+
 def role_responder(body):
     """Plays each role by the model name: varied children, a judge that rejects about 1 in 5, and panel models of
     rising ability whose (deterministic) answers depend on the child, so children land at different places."""

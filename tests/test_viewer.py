@@ -86,11 +86,12 @@ def test_fill_writes_a_self_contained_report(known_run):
     html = (known_run / "report.html").read_text()
     p = _Collect()
     p.feed(html)
-    assert len(p.scripts) == 2  # the data and the code: the model's "</script>" did not open a third
+    assert len(p.scripts) == 3  # the data, the bundled KaTeX and the code: the model's "</script>" opened no fourth
     for tag, attrs in p.tags:
         assert "src" not in attrs, (tag, attrs)  # nothing loaded from anywhere
         assert not (tag == "link"), attrs
-    assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", html)  # no CDN, no network
+    # no CDN, no network (the only URLs are the SVG and MathML namespaces, which nothing loads)
+    assert not re.search(r"https?://(?!www\.w3\.org/(?:2000/svg|1998/Math/MathML))", html)
     data = json.loads(p.scripts[0])
     bank = MemoryBank(known_run / "memory.sqlite")
     chosen = [g["chosen"] for g in bank.gaps("benchfill")]
@@ -160,7 +161,10 @@ def test_chromium_shows_the_gaps_and_the_chosen_items(known_run, tmp_path):
     # the model's HTML is text, not markup: escaped in the DOM, no injected element
     assert "&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt; [/INST] &lt;b&gt;not bold&lt;/b&gt;" in dom
     assert "<b>not bold</b>" not in dom
-    assert '<span class="tex" title="LaTeX source (not rendered)">\\[\\sin x\\]</span>' in dom  # shown as source
+    # the math is typeset by the bundled KaTeX (offline), its source kept on the element (a click shows it)
+    assert re.search(r'<span class="tex math" data-src="\\\[\\sin x\\\]" title="click: LaTeX source">'
+                     r'<span class="katex-display">', dom), re.findall(r'<span class="tex[^>]*>.{0,80}', dom)[:3]
+    assert '>\\[\\sin x\\]</span>' not in dom  # not shown as its source text
     assert 'data-label="before"' in dom and 'data-label="after"' in dom
 
 

@@ -1,4 +1,4 @@
-"""Designer evaluation (SPEC section 7, BenchBench): LLMs as benchmark designers.
+"""Designer evaluation (benchfill/designers/README.md, BenchBench): LLMs as benchmark designers.
 
 Stage 1 :mod:`~benchfill.designers.card` (domain card), stage 2 :mod:`~benchfill.designers.quotas` +
 :mod:`~benchfill.designers.generate` (quota-controlled suites), stage 3 :mod:`~benchfill.designers.validate`

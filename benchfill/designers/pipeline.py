@@ -507,7 +507,7 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
                  answers: Sequence[Answer], verdicts: Sequence[ItemVerdict], strong: Sequence[str],
                  seed: dict[str, Any] | None, irt_method: str, out: Path,
                  generation: Mapping[str, Any] | None = None, card_path: Path | None = None) -> DesignersReport:
-    """Every metric of SPEC section 7 from the stage outputs; writes report.json, matrix.csv, heatmap.png and
+    """Every metric of benchfill/designers/README.md from the stage outputs; writes report.json, matrix.csv, heatmap.png and
     core.jsonl and returns the report."""
     from benchfill.designers.report import plot_heatmap
 

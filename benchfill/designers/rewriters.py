@@ -1,4 +1,4 @@
-"""A BenchFill rewriter is a designer too (SPEC section 7): rank rewriter models by gap-fill success, target
+"""A BenchFill rewriter is a designer too (benchfill/designers/README.md): rank rewriter models by gap-fill success, target
 deviation and cost, read from the memory banks of fill runs.
 
 Each run folder holds ``memory.sqlite`` (:class:`~benchfill.memory.bank.MemoryBank`). From its ``gaps`` table

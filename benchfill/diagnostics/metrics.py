@@ -1,4 +1,4 @@
-"""The difficulty-distribution metrics of SPEC section 3, as pure functions on normalised difficulties.
+"""The difficulty-distribution metrics of README: Reading the figures, as pure functions on normalised difficulties.
 
 All difficulties here are on the normalised axis d in [0, 1]: d_i = (b_i - min b) / (max b - min b).
 """

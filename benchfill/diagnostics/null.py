@@ -1,4 +1,4 @@
-"""The design's resolution and its design-aware null (SPEC section 3).
+"""The design's resolution and its design-aware null (README: Reading the figures).
 
 A response design (which models, how many trials per cell, which guessing rate) limits how finely the difficulty
 axis can be resolved: items with the same likelihood key get the same posterior, so with K distinct keys the

@@ -85,6 +85,8 @@ def diagnosis_tables(dg: Diagnosis, n_gaps: int = 5) -> Group:
     parts.append(Text("\n".join(notes), style="dim"))
     for w in dg.warnings:
         parts.append(Text(f"warning: {w}", style="yellow"))
+    for a in dg.advice:
+        parts.append(Text(f"next: {a}", style="cyan"))
 
     gaps = Table(title="largest gaps (normalised difficulty; plug-in)", title_justify="left")
     for col in ("#", "lo", "hi", "width", "fill target (mid)", "design"):

@@ -1,6 +1,6 @@
 """The diagnosis of one benchmark: the documented JSON contract (``Diagnosis``) and the function that builds it.
 
-``diagnose(responses, spec, settings)`` runs IRT, the seven checks and every metric of SPEC section 3.
+``diagnose(responses, spec, settings)`` runs IRT, the seven checks and every metric of README: Reading the figures.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, PrivateAttr
 from benchfill._version import __version__
 from benchfill.data import ResponseMatrix
 from benchfill.diagnostics import metrics as M
+from benchfill.diagnostics.guidance import check_advice, verdict_advice
 from benchfill.diagnostics.null import (
     THRESHOLDS,
     attainable_b,
@@ -42,7 +43,7 @@ def _no_stage(_: str) -> None:
     return None
 
 
-SCHEMA_VERSION = 3  # 3: the difficulty population (population, reach; gaps' beyond_reach)
+SCHEMA_VERSION = 4  # 4: advice; 3: the difficulty population (population, reach; gaps' beyond_reach)
 NULL_REPLICATES = 200
 NULL_TOL = 1e-9  # the null reproduces a coarse design's plug-in exactly: only a real excess may flag
 NAMES = {"ddm": "DDM", "max_gap": "max gap", "top5_sum": "Top-5 sum"}
@@ -61,7 +62,7 @@ class GapOut(BaseModel):
 
 
 class PopulationOut(BaseModel):
-    """The difficulty population g(b) the difficulties were given as their prior (SPEC section 2)."""
+    """The difficulty population g(b) the difficulties were given as their prior (README: IRT and checks)."""
 
     kind: str = Field(description="'spline' (learned log-spline, the default), 'normal' (learned N(mu, sigma)) or "
                                   "'paper' (the paper's fixed N(0, 1))")
@@ -205,7 +206,7 @@ class Diagnosis(BaseModel):
     top5_sum_sd: float | None
     posterior: dict[str, MetricPosterior] | None = Field(
         None, description="ddm, w1_uniform, max_gap, top5_sum over posterior draws (null for a MAP preview)")
-    null: NullOut | None = Field(None, description="design-aware null (SPEC section 3); null where it does not "
+    null: NullOut | None = Field(None, description="design-aware null (README: Reading the figures); null where it does not "
                                                    "apply (2PL, estimated guessing)")
     resolution: ResolutionOut | None = None
     population: PopulationOut | None = Field(None, description="the difficulty population (the prior of every b)")
@@ -219,6 +220,8 @@ class Diagnosis(BaseModel):
                                      description="per metric: 'flag', 'ok', or 'at floor' (reaches the threshold "
                                                  "but not the null's 95th percentile: the design, not the benchmark)")
     warnings: list[str] = Field(default_factory=list)
+    advice: list[str] = Field(default_factory=list, description="what each verdict other than a plain ok and each "
+                                                                "failed check means, and what to do next")
     timings: dict[str, float] = Field(default_factory=dict, description="seconds per stage")
     gaps: list[GapOut] = Field(description="largest first")
     checks: list[CheckOut]
@@ -331,7 +334,7 @@ def theory_summary(d: np.ndarray, w1: float) -> dict[str, Any]:
 
 def decide(plug_in: dict[str, float], posterior: dict[str, MetricPosterior] | None,
            null: dict[str, MetricNull] | None) -> tuple[dict[str, bool], dict[str, str]]:
-    """Flags and verdicts (SPEC section 3). A flag fires when the metric's posterior mean (the plug-in for a MAP
+    """Flags and verdicts (README: Reading the figures). A flag fires when the metric's posterior mean (the plug-in for a MAP
     preview) reaches the paper's threshold AND the plug-in exceeds the null's 95th percentile (the same estimator
     on hole-free benchmarks of the same design); 'at floor' when the threshold is reached but not the null."""
     flags, verdicts = {}, {}
@@ -517,6 +520,9 @@ def build_diagnosis(
         population=population, reach=reach,
         flags=flags, verdicts=verdicts,
         warnings=design_warnings(responses, resolution, verdicts, null_out) + reach_warnings(reach, top, beyond_d),
+        advice=verdict_advice(verdicts, THRESHOLDS, {k: (p.q05, p.q95) for k, p in posterior.items()}
+                              if posterior else None, bool(top) and touches(top[0].lo, top[0].hi, beyond_d))
+        + check_advice([c.name for c in checks if c.passed is False]),
         gaps=[GapOut(**g.model_dump(), at_floor=gap_is_unfillable(g.lo, g.hi, attainable),
                      beyond_reach=touches(g.lo, g.hi, beyond_d)) for g in top],
         checks=[CheckOut(**c.model_dump()) for c in checks],
@@ -540,7 +546,7 @@ def diagnose(
 ) -> tuple[Diagnosis, IRTFit]:
     """Fit IRT, run the seven checks and compute every metric. Returns the report and the fit (for the scale).
 
-    Difficulties of a 1PL fit are the exact per-key posterior moments (SPEC section 3), so items with the same
+    Difficulties of a 1PL fit are the exact per-key posterior moments (README: Reading the figures), so items with the same
     counts get identical b and the gaps are not shrunk by Monte Carlo noise."""
     settings = settings or SamplerSettings()
     stage = on_stage or _no_stage

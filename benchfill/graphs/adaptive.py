@@ -1,4 +1,4 @@
-"""Adaptive labelling (issue 17): place each child with few panel answers and spend them where they decide the
+"""Adaptive labelling: place each child with few panel answers and spend them where they decide the
 search.
 
 With ``[fill] labelling = "full"`` (the paper's setting) every panel model answers every valid child ``rollouts``

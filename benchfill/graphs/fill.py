@@ -1,10 +1,10 @@
-"""BenchFill as a LangGraph state machine (SPEC section 4).
+"""BenchFill as a LangGraph state machine (README: BenchFill).
 
     propose_gaps -> seed_memory -> select_parents -> rewrite -> validate -> label -> place -> stop?
         stop? --continue--> select_parents          stop? --done--> confirm -> finalize -> propose_gaps
         propose_gaps --all gaps done--> END
 
-Decisions are posterior probabilities (issue 23): each placed child carries P(d inside the gap) and
+Decisions are posterior probabilities: each placed child carries P(d inside the gap) and
 P(|d - t| <= tolerance); the best child is the one most likely within tolerance; ``confirm`` gives the chosen child
 more rollouts until P(inside) reaches ``fill_level`` (or a cap); the gap is "filled" only at that level, else
 "near" with the probability reached.

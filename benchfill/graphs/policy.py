@@ -1,4 +1,4 @@
-"""The pure decisions of the BenchFill search (SPEC section 4), separate from the graph that sequences them:
+"""The pure decisions of the BenchFill search (README: BenchFill), separate from the graph that sequences them:
 which gaps to fill, which parents and references to show the rewriter, when to stop, and the Table-2 arithmetic
 (Top-3 gap-sum reduction for BenchFill, the budget-matched baseline and the oracle).
 
@@ -41,7 +41,7 @@ def nearest(pool: Sequence[T], target: float, k: int, exclude: set[str] | None =
 
 
 def select_parents(memory: Sequence[T], target: float, k: int = 4) -> list[T]:
-    """The k valid, labelled items of the memory nearest to the target (SPEC section 4, step 3)."""
+    """The k valid, labelled items of the memory nearest to the target (README: BenchFill, step 3)."""
     return nearest(memory, target, k)
 
 
@@ -77,7 +77,7 @@ def should_stop(best_p_within: float | None, round_: int, params: SearchParams, 
 
 @dataclass(frozen=True)
 class GapDesign:
-    """What the labelling panel can measure about one gap's target (SPEC section 4.1).
+    """What the labelling panel can measure about one gap's target (README: BenchFill).
 
     Attributes:
         tolerance: the tolerance the gap is judged at: the configured one, or the panel's resolution where no

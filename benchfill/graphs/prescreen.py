@@ -1,4 +1,4 @@
-"""Text pre-screen for adaptive labelling (issue 17): a predicted difficulty from an item's text, before any panel
+"""Text pre-screen for adaptive labelling: a predicted difficulty from an item's text, before any panel
 answer.
 
 A ridge regression of the benchmark's own item difficulties b (the scale's posterior means, logits) on features of

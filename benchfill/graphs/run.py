@@ -90,7 +90,7 @@ def panel_attainable_d(scale: Scale, panel: list[ModelConfig]) -> np.ndarray | N
 
 def refuse_floor_gaps(dg: Diagnosis, panel: list[ModelConfig], n_gaps: int, where: str,
                       attainable: np.ndarray | None) -> list[tuple[float, float]]:
-    """SPEC section 4.1: a gap at the design's resolution floor is not a target unless asked for. Here that is a gap
+    """README: BenchFill: a gap at the design's resolution floor is not a target unless asked for. Here that is a gap
     with no placement the labelling panel can give strictly inside (``attainable``, :func:`panel_attainable_d`;
     None: anywhere): the panel cannot
     measure whether it was filled (a child lands on one of its likelihood keys, i.e. on or outside the gap's
@@ -122,13 +122,21 @@ def simulated_panel(config: RunConfig, scale: Scale) -> list[ModelConfig]:
     return [ModelConfig(model=f"sim/{m}", name=m, rollouts=rollouts) for m in scale.models]
 
 
-def _check_panel(config: RunConfig, scale: Scale) -> list[ModelConfig]:
+def _check_panel(config: RunConfig, models: list[str], items: Path) -> list[ModelConfig]:
+    """The panel that labels the children: the models of the scale (their answers place a child on it), checked
+    before the run folder is made. A panel of other models needs their answers to the benchmark first; the error
+    names the command that makes them."""
     labels = [m.label for m in config.panel]
-    missing = [m for m in scale.models if m not in labels]
+    missing = [m for m in models if m not in labels]
     if missing:
+        unknown = [lab for lab in labels if lab not in models]
+        first = (f"benchfill evaluate {items} --config {config.source} --out runs/panel, then fill with "
+                 f"--responses runs/panel/responses.csv")
         raise InputError(config.source, f"panel: the scale's models {', '.join(missing[:5])} have no panel entry "
-                                        f"(each panel model's name must be a model of the response data)")
-    return [m for m in config.panel if m.label in scale.models]
+                                        f"(each panel model's name must be a model of the response data)"
+                         + (f"; this panel's {', '.join(unknown[:3])} answered none of it: run {first}"
+                            if unknown else ""))
+    return [m for m in config.panel if m.label in models]
 
 
 class FillRun:
@@ -167,6 +175,8 @@ class FillRun:
             pool = set(self.replay.pool_ids)
             responses, items = self.replay.benchmark, [it for it in items if it.id not in pool]
         self.model_selection = responses.meta.get("selection")  # which models were kept (the CLI says so)
+        if not config.simulated:
+            _check_panel(config, list(responses.models), opts.items)
         fingerprint = opts.fingerprint(prompt_library.overrides_digest())
         if opts.resume:
             self.bank = MemoryBank(memory_path)
@@ -185,7 +195,7 @@ class FillRun:
         by_id = {it.id: it for it in items}
         self.items: list[Item] = [by_id[i] for i in self.scale.item_ids]
         self.d = np.array([it.d for it in self.diagnosis.items])
-        self.panel = simulated_panel(config, self.scale) if config.simulated else _check_panel(config, self.scale)
+        self.panel = simulated_panel(config, self.scale) if config.simulated else _check_panel(config, list(self.scale.models), opts.items)
         self.floor_gaps: list[tuple[float, float]] = []  # the diagnosis' gaps the panel cannot measure: passed over
         # where the panel can place a child (None: too many keys to enumerate): the floor test and each gap's
         # resolution read the same placements

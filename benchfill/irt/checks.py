@@ -1,4 +1,4 @@
-"""The seven checks of SPEC section 2, as data: four on the response matrix (R1-R4), three on the sampler (M1-M3).
+"""The seven checks of README: IRT and checks, as data: four on the response matrix (R1-R4), three on the sampler (M1-M3).
 
 Each check is a :class:`Check` with a pass/fail, the figure it measured and the threshold it was held to.
 """

@@ -62,7 +62,7 @@ def with_population(responses: ResponseMatrix, spec: IRTSpec, seed: int = 0) -> 
 
 
 def build_pymc_model(responses: ResponseMatrix, spec: IRTSpec):
-    """The reference model of SPEC section 2 as a ``pm.Model`` over the observed (n_trials > 0) cells."""
+    """The reference model of README: IRT and checks as a ``pm.Model`` over the observed (n_trials > 0) cells."""
     import pymc as pm
     import pytensor.tensor as pt
 

@@ -1,6 +1,6 @@
 """IRT model specification and the fitted-posterior container every sampler returns.
 
-Conventions (SPEC section 2): P(correct | model j, item i) = c_i + (1 - c_i) * sigmoid(a_i (theta_j - b_i)),
+Conventions (README: IRT and checks): P(correct | model j, item i) = c_i + (1 - c_i) * sigmoid(a_i (theta_j - b_i)),
 theta_j ~ Normal(0, 1), b_i ~ g (the difficulty population, :mod:`benchfill.irt.prior`: learned from the benchmark
 by default, the paper's N(0, 1) on request), a_i = 1 (1PL) or a_i ~ LogNormal(0, 0.5) (2PL), c_i = 0 or 1/k for
 k-option items.

@@ -1,4 +1,4 @@
-"""Exact placement of new items on a fixed scale (SPEC section 2).
+"""Exact placement of new items on a fixed scale (README: IRT and checks).
 
 The abilities stay fixed at the benchmark's posterior draws theta_1..theta_S; only b_new is inferred. Its
 posterior is the average over draws of the normalised conditional posterior
@@ -147,7 +147,7 @@ def key_posterior_moments(theta_draws: np.ndarray, n_correct: np.ndarray, n_tria
     E[b | y] = mean_s E[b | theta_s, y] and likewise the second moment: exact given the draws (no Monte Carlo
     noise from b itself), and identical for rows with the same likelihood key. For a benchmark's own items pass
     the fit's ability draws (they already condition on every item); for a new item the same formula is the
-    fixed-scale placement of SPEC section 2.
+    fixed-scale placement of README: IRT and checks.
 
     Args:
         theta_draws: (S, J) ability draws, logits.
@@ -190,7 +190,7 @@ EXACT_DRAWS = 1000  # ability draws behind every exact per-key moment of a bench
 
 
 def exact_item_moments(fit: IRTFit, responses: ResponseMatrix, max_draws: int = EXACT_DRAWS) -> KeyMoments | None:
-    """Exact per-key posterior moments of a 1PL fit's own items (SPEC section 3, "exact point values"), stored on
+    """Exact per-key posterior moments of a 1PL fit's own items (README: Reading the figures, "exact point values"), stored on
     the fit (``fit.b_mean`` / ``fit.b_sd`` then return them). None, and the fit untouched, where they do not apply:
     a MAP preview, a 2PL fit, or estimated guessing.
 

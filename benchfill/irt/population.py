@@ -1,4 +1,4 @@
-"""Learning a benchmark's difficulty population from its response data (empirical Bayes; SPEC section 2).
+"""Learning a benchmark's difficulty population from its response data (empirical Bayes; README: IRT and checks).
 
 The items' difficulties are the many exchangeable parameters here (hundreds to tens of thousands of items, ~12
 models), so their population is what the data can inform. It is learned by marginal maximum likelihood, the

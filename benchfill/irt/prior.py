@@ -1,4 +1,4 @@
-"""The difficulty population: the prior density g(b) every item's difficulty is drawn from (SPEC section 2).
+"""The difficulty population: the prior density g(b) every item's difficulty is drawn from (README: IRT and checks).
 
 One family covers the three populations benchfill offers:
 

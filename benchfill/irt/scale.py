@@ -1,5 +1,5 @@
-"""A benchmark's saved difficulty scale: the ability posterior that new items are placed against (SPEC section 2)
-and the min / max of the benchmark's posterior-mean difficulties that normalise d (SPEC section 3).
+"""A benchmark's saved difficulty scale: the ability posterior that new items are placed against (README: IRT and checks)
+and the min / max of the benchmark's posterior-mean difficulties that normalise d (README: Reading the figures).
 
 One ``.npz`` file (written atomically; no pickles): ``Scale.from_fit(fit).save("bench.scale.npz")``.
 """

@@ -36,7 +36,7 @@ class MemoryItem:
     kind: str  # "seed" | "candidate"
 
 
-# decision columns (issue 23), added to a bank made before them
+# decision columns, added to a bank made before them
 GAP_DECISION_COLUMNS = {"tolerance": float, "resolution": float, "stop_reason": str, "p_inside": float,
                         "p_within": float, "children_mu": float, "children_sigma": float, "chosen_gap_sd": float}
 CANDIDATE_DECISION_COLUMNS = {"p_inside": float, "p_within": float, "confirm_steps": int}

@@ -175,7 +175,7 @@ class SimConfig(BaseModel):
 
 
 class FillParams(BaseModel):
-    """The ``[fill]`` section: the BenchFill search's parameters, with the paper's defaults (SPEC section 4).
+    """The ``[fill]`` section: the BenchFill search's parameters, with the paper's defaults (README: BenchFill).
     Every field is typed and ranged; a wrong one stops the command before any call (exit 2, one line)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -185,7 +185,7 @@ class FillParams(BaseModel):
     references: int = Field(default=16, ge=0, le=256)
     tolerance: float = Field(default=0.01, ge=0, le=1)  # on the normalised axis d
     max_rounds: int = Field(default=8, ge=1, le=1000)
-    # decisions by posterior probability (issue 23): a gap is "filled" when its chosen child's P(d inside the gap)
+    # decisions by posterior probability: a gap is "filled" when its chosen child's P(d inside the gap)
     # reaches fill_level; the search stops when the best child's P(|d - t| <= tolerance) does, or after `patience`
     # rounds in a row that raised it by less than min_gain (or at max_rounds)
     fill_level: float = Field(default=0.9, gt=0, lt=1)
@@ -199,7 +199,7 @@ class FillParams(BaseModel):
     sequential: bool = True  # recompute the gaps after each filled gap (else: a fixed list from the start)
     display_scale: float = Field(default=10.0, gt=0)  # difficulties shown to the rewriter on 0-10, not 0-1
     sim_panel_rollouts: int = Field(default=4, ge=1, le=1000)  # simulated world only: answers per model and child
-    # labelling (issue 17): "full" = every panel model answers every valid child `rollouts` times (the paper);
+    # labelling: "full" = every panel model answers every valid child `rollouts` times (the paper);
     # "adaptive" = small batches from the most informative models, exact posterior after each, children stop when
     # decided (benchfill/graphs/adaptive.py has the rule); per-child cap = the full panel's answers
     labelling: Literal["full", "adaptive"] = "full"

@@ -1,4 +1,4 @@
-"""Objective-first grading (SPEC section 6): route by item format, use an LLM judge only for open answers.
+"""Objective-first grading (benchfill/models/README.md): route by item format, use an LLM judge only for open answers.
 
 - ``mcq``: option letter(s), exact / set match. The parser reads "Answer: C" as C (never the A of "Answer"),
   "(B)" as B, "B and D" as {B, D}, "the answer is c" as C, an option's text as its letter.
@@ -10,7 +10,7 @@
   ``metadata['aliases']``.
 - ``open``: an LLM judge (the ``grader`` role) with a rubric, returning JSON {label, score}.
 
-Who is at fault decides what an answer counts as (SPEC section 6):
+Who is at fault decides what an answer counts as (benchfill/models/README.md):
 
 - the model's fault — an empty reply, no extractable final answer, an answer in the wrong form (an option letter
   that is not an option), unfinished reasoning, or a reply cut by the token limit (``finish_reason == "length"``):
@@ -240,7 +240,7 @@ def parse_number(text: str | None) -> tuple[float, bool] | None:
 
 
 def numbers_close(gold: float, value: float) -> bool:
-    """SPEC section 6: an integer gold matches only the same integer (13536 is wrong for 13535); any other gold
+    """The grading rule: an integer gold matches only the same integer (13536 is wrong for 13535); any other gold
     matches within max(1e-9, 1e-6 |gold|)."""
     if float(gold).is_integer():
         return float(value) == float(gold)
@@ -547,7 +547,7 @@ def _grade_short(item: Item, response: str | None) -> GradeResult:
 # for named fields (a table row: {"mean": 4, "median": 3.5}). The gold is stored as that JSON. Grading is
 # field-wise: an object matches when it has the same fields (names compared normalised: case, spaces, "_" / "-")
 # and every field's value matches; an array matches when it has the same length and every element matches in
-# order; values nest. A leaf matches as a number (SPEC 6 rules: an integer only itself, else a 1e-6 relative
+# order; values nest. A leaf matches as a number (the grading rules: an integer only itself, else a 1e-6 relative
 # tolerance), else by normalised exact match (as ``short``). All fields must match: there is no partial credit
 # (the reason says how many did). Unordered sets of options are multi-answer multiple choice (set match), not this.
 

@@ -1,4 +1,4 @@
-"""Prompt templates: plain-text files a user can read and swap (SPEC section 5), rendered with ``string.Template``.
+"""Prompt templates: plain-text files a user can read and swap (benchfill/models/README.md), rendered with ``string.Template``.
 
 The built-in templates live in ``benchfill/prompts/<name>.txt`` and use ``$name`` placeholders (``$$`` is a
 literal dollar sign; LaTeX braces need no escaping). A config overrides them per name or by folder::

@@ -1,7 +1,7 @@
 """The offline simulated world: ``sim/<name>`` model strings answer like an IRT panel. Everything it writes says
 SIMULATED.
 
-SPEC section 5: tests, the demo and search-efficiency benchmarks need LLM stand-ins, and no PyPI package ships a
+benchfill/models/README.md: tests, the demo and search-efficiency benchmarks need LLM stand-ins, and no PyPI package ships a
 small generative model. A :class:`SimWorld` holds an ability theta per simulated model and a latent difficulty b
 per item, and plays every role through the same :class:`~benchfill.models.client.ModelClient` path as a real
 model, so the real prompts, cache, grading and IRT code all run:

@@ -6,13 +6,16 @@ and reason, panel counts per model, the placement with its 90 % interval against
 the chosen child highlighted; the review queue with full question, reference answer and panel counts. Served by
 ``benchfill view`` it also takes approve / reject votes, which go to the memory bank.
 
-Every text written by a model or a user is inserted with ``textContent`` (never as HTML), and LaTeX is shown as its
-source, escaped (no math renderer is bundled): ``\\[\\sin x\\]`` reads as written.
+Every text written by a model or a user is inserted with ``textContent`` (never as HTML). LaTeX (``$...$``,
+``$$...$$``, ``\\(...\\)``, ``\\[...\\]``) is typeset by the bundled KaTeX (``viewer/katex``, inlined with its fonts:
+still no network), with ``trust`` off so a formula cannot make links or HTML; a click on a formula shows its source
+(and back), and a formula KaTeX cannot parse stays as its source.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,22 @@ from benchfill.memory.bank import REVIEW_RULE, MemoryBank
 from benchfill.memory.trace import gap_trace, review_item, review_queue
 
 REPORT = "report.html"
+KATEX = Path(__file__).with_name("katex")
+
+
+def _katex() -> tuple[str, str]:
+    """(CSS, JS) of the bundled KaTeX for inlining: the CSS's woff2 fonts as data URIs, its woff/ttf fallbacks
+    dropped (every browser that runs the page reads woff2)."""
+    import base64
+
+    def font(m: re.Match[str]) -> str:
+        data = base64.b64encode((KATEX / "fonts" / m.group(1)).read_bytes()).decode()
+        return f'url(data:font/woff2;base64,{data}) format("woff2")'
+
+    css = (KATEX / "katex.min.css").read_text(encoding="utf-8")
+    css = re.sub(r',url\(fonts/[^)]+\.(?:woff|ttf)\) format\("(?:woff|truetype)"\)', "", css)
+    css = re.sub(r'url\(fonts/([^)]+\.woff2)\) format\("woff2"\)', font, css)
+    return css, (KATEX / "katex.min.js").read_text(encoding="utf-8")
 
 
 def _json_for_script(obj: Any) -> str:
@@ -67,9 +86,11 @@ def build_report(run_dir: str | Path, *, served: bool = False, token: str = "", 
     title = f"benchfill run {Path(run_dir).name}"
     from html import escape
 
+    katex_css, katex_js = _katex()
     return (_PAGE.replace("__TITLE__", escape(title))
-            .replace("__STYLE__", _STYLE)
+            .replace("__STYLE__", _STYLE + katex_css)
             .replace("__DATA__", _json_for_script(data))
+            .replace("__KATEX__", katex_js.replace("</script", "<\\/script"))
             .replace("__SCRIPT__", _SCRIPT))
 
 
@@ -95,8 +116,10 @@ placement bar: <span style="background:#ffe9e9">pink</span> the gap, <span style
 tolerance, <span style="color:#0550ae">blue</span> d with its 90 % interval (d ± 1.645 SD). The chosen child is framed in green.</p>
 <div id="gaps"></div></section>
 <section id="review"><h2>Review queue</h2><p id="rule"></p><div id="queue"></div></section>
-<footer>Self-contained report written by benchfill (no network). LaTeX is shown as its source text.</footer>
+<footer>Self-contained report written by benchfill (no network). Math is typeset by the bundled KaTeX; click a formula
+for its LaTeX source.</footer>
 <script type="application/json" id="data">__DATA__</script>
+<script>__KATEX__</script>
 <script>__SCRIPT__</script>
 </body></html>
 """
@@ -126,9 +149,17 @@ function f(x,n=3){return (x==null||isNaN(x))?'-':Number(x).toFixed(n);}
 const Z90=1.6448536269514722;
 // LaTeX is not rendered (no math renderer is bundled): its source is shown as text, math segments marked
 const TEX=/(\$\$[\s\S]+?\$\$|\$[^$\n]+?\$|\\\[[\s\S]+?\\\]|\\\([\s\S]+?\\\))/g;
+function mathOf(src){const display=src.startsWith('$$')||src.startsWith('\\[');
+  const body=src.startsWith('$$')?src.slice(2,-2):src.startsWith('$')?src.slice(1,-1):src.slice(2,-2);return [body,display];}
+function typeset(sp){const [body,display]=mathOf(sp.dataset.src);
+  try{katex.render(body,sp,{displayMode:display,throwOnError:true,trust:false});sp.classList.add('math');return true;}
+  catch(e){sp.textContent=sp.dataset.src;sp.title='LaTeX source (KaTeX could not typeset it)';return false;}}
 function tex(s){const fr=document.createDocumentFragment();let last=0;s=String(s||'');
   for(const m of s.matchAll(TEX)){if(m.index>last)fr.append(document.createTextNode(s.slice(last,m.index)));
-    const sp=document.createElement('span');sp.className='tex';sp.title='LaTeX source (not rendered)';sp.textContent=m[0];fr.append(sp);last=m.index+m[0].length;}
+    const sp=document.createElement('span');sp.className='tex';sp.dataset.src=m[0];sp.textContent=m[0];
+    if(typeof katex!=='undefined'&&typeset(sp)){sp.title='click: LaTeX source';
+      sp.addEventListener('click',()=>{if(sp.classList.toggle('math'))typeset(sp);else{sp.textContent=sp.dataset.src;sp.title='click: typeset';}});}
+    fr.append(sp);last=m.index+m[0].length;}
   if(last<s.length)fr.append(document.createTextNode(s.slice(last)));return fr;}
 
 document.getElementById('title').textContent = 'benchfill run ' + D.run;
