@@ -175,8 +175,8 @@ class FillRun:
             pool = set(self.replay.pool_ids)
             responses, items = self.replay.benchmark, [it for it in items if it.id not in pool]
         self.model_selection = responses.meta.get("selection")  # which models were kept (the CLI says so)
-        if not config.simulated:
-            _check_panel(config, list(responses.models), opts.items)
+        # the labelling panel, checked before the run folder is made (the simulated one is built from the scale)
+        checked_panel = None if config.simulated else _check_panel(config, list(responses.models), opts.items)
         fingerprint = opts.fingerprint(prompt_library.overrides_digest())
         if opts.resume:
             self.bank = MemoryBank(memory_path)
@@ -195,7 +195,7 @@ class FillRun:
         by_id = {it.id: it for it in items}
         self.items: list[Item] = [by_id[i] for i in self.scale.item_ids]
         self.d = np.array([it.d for it in self.diagnosis.items])
-        self.panel = simulated_panel(config, self.scale) if config.simulated else _check_panel(config, list(self.scale.models), opts.items)
+        self.panel = checked_panel if checked_panel is not None else simulated_panel(config, self.scale)
         self.floor_gaps: list[tuple[float, float]] = []  # the diagnosis' gaps the panel cannot measure: passed over
         # where the panel can place a child (None: too many keys to enumerate): the floor test and each gap's
         # resolution read the same placements

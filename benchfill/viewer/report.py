@@ -14,6 +14,7 @@ still no network), with ``trust`` off so a formula cannot make links or HTML; a 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -26,6 +27,7 @@ REPORT = "report.html"
 KATEX = Path(__file__).with_name("katex")
 
 
+@functools.cache  # `benchfill view` builds the page per request: read and encode the fonts once
 def _katex() -> tuple[str, str]:
     """(CSS, JS) of the bundled KaTeX for inlining: the CSS's woff2 fonts as data URIs, its woff/ttf fallbacks
     dropped (every browser that runs the page reads woff2)."""
