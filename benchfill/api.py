@@ -24,7 +24,7 @@ from benchfill.data import Item, ResponseMatrix
 from benchfill.diagnostics.calibrate import CalibrationResult
 from benchfill.diagnostics.detect import DetectionResult
 from benchfill.diagnostics.report import Diagnosis
-from benchfill.errors import InputError, did_you_mean
+from benchfill.errors import SAMPLER_EXTRA, InputError, MissingExtra, did_you_mean, require_extra
 from benchfill.irt.placement import PlacedItem
 from benchfill.irt.prior import DEFAULT_POPULATION, POPULATION_KINDS
 
@@ -122,11 +122,20 @@ def import_logs(fmt: str, paths: str | Path | Sequence[str | Path], *, out: str 
                         n_item_texts=len(items), responses=matrix, items=items)
 
 
+def require_sampler(sampler: str, robustness: bool = False) -> None:
+    """One :class:`~benchfill.errors.MissingExtra` line, before any data is read, when the sampler (or the
+    robustness refits' MAP 1PL vs 2PL comparison) runs on an optional extra that is not installed."""
+    if sampler in SAMPLER_EXTRA:
+        require_extra(SAMPLER_EXTRA[sampler], f"--sampler {sampler}")
+    if robustness:
+        require_extra(SAMPLER_EXTRA["map"], "--robustness")
+
+
 def diagnose(responses: ResponseMatrix | Any, *, items: str | Path | Sequence[Item] | None = None,
              sampler: str = DEFAULT_SAMPLER, chains: int = 4, tune: int = 1000, draws: int = 1000, seed: int = 0,
              guessing: float | None = None, choices: int | None = None, robustness: bool = False,
              top_gaps: int = DIAGNOSIS_GAPS, on_stage: Any = None, on_picture: Any = None,
-             prior: str = DEFAULT_POPULATION) -> Diagnosis:
+             prior: str = DEFAULT_POPULATION, compare_guessing: bool = True) -> Diagnosis:
     """Fit the IRT model and diagnose the benchmark (README: IRT and checks; Reading the figures): the same defaults as ``benchfill
     diagnose``. ``responses``: anything :func:`load_responses` takes. Multiple-choice items (``choices``) get the
     guessing rate 1/k; ``guessing`` or ``choices`` set one for every item. ``prior``: the difficulties'
@@ -134,11 +143,14 @@ def diagnose(responses: ResponseMatrix | Any, *, items: str | Path | Sequence[It
     (``"paper"``, for comparison with its tables), as ``--prior``. ``on_stage(text)``, if given, is told
     each stage (fit, exact difficulties, checks, metrics, null, robustness) as it starts; ``on_picture(picture)``
     gets the diagnosis picture (:class:`benchfill.diagnostics.picture.Picture`, ``top_gaps`` gaps) as soon as the
-    metrics are known. Returns the :class:`Diagnosis`; its ``save(folder)`` writes the JSON, the picture and the
-    scale."""
+    verdicts are known. With a guessing rate (``guessing``, ``choices`` or the items' own) and
+    ``compare_guessing`` the 1PL is fitted once more without it (c = 0, one more fast fit) and ``guessing_comparison``
+    says which of the two the counts favour, by leave-one-item-out elpd, with the verdicts under c = 0. Returns the
+    :class:`Diagnosis`; its ``save(folder)`` writes the JSON, the picture and the scale."""
     from benchfill.diagnostics.report import diagnose as _diagnose
     from benchfill.irt.model import IRTSpec, SamplerSettings
 
+    require_sampler(sampler, robustness)
     item_list = None
     if items is not None:
         from benchfill.data import load_items
@@ -150,7 +162,8 @@ def diagnose(responses: ResponseMatrix | Any, *, items: str | Path | Sequence[It
     spec = IRTSpec.for_items(resp.item_ids, item_list, guessing=guessing, choices=choices,
                              population=prior)  # type: ignore[arg-type]
     settings = SamplerSettings(method=sampler, chains=chains, tune=tune, draws=draws, seed=seed)
-    dg, fit = _diagnose(resp, spec, settings, top_gaps=top_gaps, on_stage=on_stage, on_picture=on_picture)
+    dg, fit = _diagnose(resp, spec, settings, top_gaps=top_gaps, on_stage=on_stage, on_picture=on_picture,
+                        compare_guessing=compare_guessing)
     if robustness:
         if on_stage is not None:
             on_stage("robustness: leave-one-model-out refits and 1PL vs 2PL BIC")
@@ -236,16 +249,20 @@ def safe_name(name: str) -> str:
 
 def suite(responses: ResponseMatrix | Any, *, by: str = "benchmark", items_table: str | Path | None = None,
           sampler: str = DEFAULT_SAMPLER, chains: int = 4, tune: int = 1000, draws: int = 1000, seed: int = 0,
-          choices: int | None = None, on_benchmark: Any = None, prior: str = DEFAULT_POPULATION) -> Suite:
+          choices: int | None = None, on_benchmark: Any = None, prior: str = DEFAULT_POPULATION,
+          compare_guessing: bool = True) -> Suite:
     """A diagnosis per benchmark: items grouped by the column ``by`` of ``items_table``, or by the grouping the
-    responses carry (imported logs carry ``task``). ``on_benchmark(name, diagnosis)`` is called after each."""
+    responses carry (imported logs carry ``task``). ``on_benchmark(name, diagnosis)`` is called after each. With
+    ``choices`` each benchmark's 1PL is also refitted without guessing, as in :func:`diagnose`, unless
+    ``compare_guessing`` is False (half the fits)."""
     from benchfill.data import item_groups
 
+    require_sampler(sampler)
     resp = responses if isinstance(responses, ResponseMatrix) else load_responses(responses)
     rows = []
     for name, ids in item_groups(resp, by, items_table).items():
         dg = diagnose(resp.subset(items=ids), sampler=sampler, chains=chains, tune=tune, draws=draws, seed=seed,
-                      choices=choices, prior=prior)
+                      choices=choices, prior=prior, compare_guessing=compare_guessing)
         rows.append(SuiteRow(benchmark=name, diagnosis=dg))
         if on_benchmark is not None:
             on_benchmark(name, dg)
@@ -402,7 +419,6 @@ def export(run_dir: str | Path, out: str | Path, *, hf: str | Path | None = None
     import json
 
     from benchfill.data import write_items
-    from benchfill.errors import InputError
     from benchfill.memory.trace import filled_benchmark, review_queue
 
     bank = _open_bank(run_dir)
@@ -419,7 +435,7 @@ def export(run_dir: str | Path, out: str | Path, *, hf: str | Path | None = None
         try:
             import datasets
         except ImportError:
-            raise InputError("--hf", "needs the Hugging Face datasets package: pip install 'benchfill[hf]'") from None
+            raise MissingExtra("--hf", "hf", "datasets") from None
         datasets.disable_progress_bars()
         records = [r.model_dump(mode="json") for r in rows]
         for r in records:  # one column type per field for Arrow
@@ -574,6 +590,8 @@ def fill_run(items: str | Path, responses: str | Path, config: str | Path, out: 
              on_event: Any = None):
     """The fill run of :func:`fill`, set up (benchmark diagnosed, models configured) but not started: for a caller
     that shows ``run.model_selection`` or ``run.simulated`` before ``run.run()`` (the CLI); close it after."""
+    require_extra("llm", "benchfill fill")
+    require_sampler(sampler)
     from benchfill.graphs.run import FillOptions, FillRun
 
     opts = FillOptions(items=Path(items), responses=Path(responses), config=Path(config), out=Path(out),
@@ -619,6 +637,7 @@ async def evaluate_async(items: str | Path, config: str | Path, out: str | Path,
     ``rollouts`` overrides every panel model's; ``progress`` a :class:`benchfill.models.progress` state (or None).
     Writes ``out/responses.csv`` (what :func:`diagnose` reads), ``calls.sqlite`` (the cache: a rerun pays nothing
     twice) and ``summary.json``. Returns the :class:`EvaluationResult`."""
+    require_extra("llm", "benchfill evaluate")
     from benchfill.models.evaluate import evaluate_async as _evaluate_async
 
     return await _evaluate_async(items, config, out, limit=limit, rollouts=rollouts, progress=progress)

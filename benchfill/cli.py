@@ -71,10 +71,12 @@ def _panel(responses_path: Path, items_path: Path | None, models: int | None, mo
 
 
 def _check_fit_options(sampler: str, chains: int = 1, tune: int = 0, draws: int = 1, guessing: float | None = None,
-                       choices: int | None = None, top_gaps: int | None = None) -> None:
+                       choices: int | None = None, top_gaps: int | None = None, robustness: bool = False) -> None:
     """The IRT options, checked before any data is read: one line and exit 2 instead of a traceback."""
+    from benchfill.api import require_sampler
     from benchfill.irt.fit import SAMPLERS, available_samplers
 
+    require_sampler(sampler, robustness)
     known = available_samplers()
     if sampler and sampler not in known:
         if sampler.lower() in ("nuts", "hmc", "mcmc"):
@@ -158,7 +160,7 @@ def diagnose(
     from benchfill import api
     from benchfill.diagnostics.picture import Painter
 
-    _check_fit_options(sampler, chains, tune, draws, guessing, choices, top_gaps)
+    _check_fit_options(sampler, chains, tune, draws, guessing, choices, top_gaps, robustness)
     out = result_console(json_out)
     default_json = api.default_diagnosis_path(responses, models=models, models_file=models_file)
     files_json = default_json if json_out is None or is_stdout(json_out) else Path(json_out)

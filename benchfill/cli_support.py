@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from benchfill.errors import InputError
+from benchfill.errors import InputError, MissingExtra, extra_of
 
 WIDE_DEFAULT = 200  # columns for output that is not a terminal, when COLUMNS does not say
 
@@ -234,9 +234,17 @@ def quiet_worker_start() -> None:
         signal.signal(signal.SIGINT, old)
 
 
+def command_name(fn: Callable[..., object]) -> str:
+    """A command's name as the user types it, from its function: ``import_`` -> ``benchfill import``,
+    ``local_server`` -> ``benchfill local-server``, ``run_cmd`` of cli_designers -> ``benchfill designers run``."""
+    name = fn.__name__.removesuffix("_cmd").rstrip("_").replace("_", "-")
+    group = "designers " if fn.__module__.endswith("cli_designers") else ""
+    return f"benchfill {group}{name}"
+
+
 def friendly_errors(fn: F | None = None, *, resume_hint: str | None = None):
-    """Bad input -> one clear line on stderr and exit 2, never a traceback; Ctrl-C -> one line and exit 130 (with
-    ``resume_hint`` only for commands that do resume)."""
+    """Bad input, or a package of a missing optional extra, -> one clear line on stderr and exit 2, never a
+    traceback; Ctrl-C -> one line and exit 130 (with ``resume_hint`` only for commands that do resume)."""
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
@@ -246,6 +254,13 @@ def friendly_errors(fn: F | None = None, *, resume_hint: str | None = None):
                 return fn(*args, **kwargs)
             except InputError as exc:
                 err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+                raise typer.Exit(2) from None
+            except ModuleNotFoundError as exc:  # a package of an optional extra that is not installed: one line
+                extra = extra_of(exc.name)
+                if extra is None:
+                    raise
+                missing = MissingExtra(command_name(fn), extra, exc.name)
+                err_console.print(f"[bold red]error:[/] {escape(str(missing))}", highlight=False, soft_wrap=True)
                 raise typer.Exit(2) from None
             except OSError as exc:  # a path that cannot be read or written (read-only folder, full disk): one line
                 if exc.filename is None:

@@ -1,4 +1,5 @@
-"""The one error type that user-facing commands turn into a single clear line and exit code 2."""
+"""The one error type that user-facing commands turn into a single clear line and exit code 2 (and its case of a
+missing optional extra, with the table of the extras)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,67 @@ def from_validation_error(source: str, exc: Any, top: str = "<top level>") -> In
     if err.get("type") == "extra_forbidden":
         msg = "unknown field"
     return InputError(str(source), f"{field_path(tuple(err.get('loc', ())), top)}: {msg}")
+
+
+# ---- optional extras ------------------------------------------------------------------------------------------
+
+# pyproject's optional extras by the top-level modules of each that benchfill imports (the core install runs
+# diagnose, suite, place, calibrate, detect and import without any of them; import reads Parquet with [parquet]):
+# a command that meets a missing one says so in one line, with the pip command (MissingExtra; the CLI also maps a
+# ModuleNotFoundError of these).
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {
+    "llm": ("litellm", "langgraph", "math_verify", "latex2sympy2_extended", "sympy", "tenacity", "httpx",
+            "sqlite_utils"),
+    "pymc": ("pymc", "pytensor", "arviz", "nutpie"),
+    "numpyro": ("numpyro", "jax", "pymc", "pytensor", "arviz"),
+    "parquet": ("pyarrow",),
+    "hf": ("datasets",),
+    "vllm": ("vllm",),
+}
+EXTRA_NAMES = {"llm": "LLM", "pymc": "PyMC", "numpyro": "NumPyro", "parquet": "Parquet", "hf": "Hugging Face datasets",
+               "vllm": "vLLM"}
+# the IRT samplers (benchfill.irt.fit.SAMPLERS) that run on an extra; "fast", the default, is the core's own engine
+SAMPLER_EXTRA = {"pymc": "pymc", "nutpie": "pymc", "map": "pymc", "numpyro": "numpyro"}
+
+
+def install_hint(extra: str) -> str:
+    """``pip install 'benchfill[extra]'``: the one spelling of the command every missing-extra message gives."""
+    return f"pip install 'benchfill[{extra}]'"
+
+
+class MissingExtra(InputError):
+    """What the user asked for (``what``: a command or an option) needs an optional extra that is not installed:
+    ``benchfill fill: needs the LLM extra (langgraph is not installed): pip install 'benchfill[llm]'``."""
+
+    def __init__(self, what: str, extra: str, module: str | None = None) -> None:
+        self.extra = extra
+        self.module = module
+        missing = f" ({module} is not installed)" if module else ""
+        super().__init__(what, f"needs the {EXTRA_NAMES.get(extra, extra)} extra{missing}: {install_hint(extra)}")
+
+
+def extra_of(module: str | None) -> str | None:
+    """The extra that brings ``module`` (a dotted name is looked up by its top level), or None."""
+    top = (module or "").split(".")[0]
+    return next((extra for extra, mods in EXTRA_MODULES.items() if top in mods), None)
+
+
+def missing_module(extra: str) -> str | None:
+    """The first module of ``extra`` that cannot be imported here (None: the extra is installed); imports none."""
+    import importlib.util
+
+    for module in EXTRA_MODULES[extra]:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a broken or blocked install counts as missing
+            found = False
+        if not found:
+            return module
+    return None
+
+
+def require_extra(extra: str, what: str) -> None:
+    """Raise :class:`MissingExtra` unless every module of ``extra`` is importable; imports none of them."""
+    module = missing_module(extra)
+    if module is not None:
+        raise MissingExtra(what, extra, module)

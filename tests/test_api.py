@@ -35,7 +35,7 @@ def test_load_diagnose_save_place_from_python(examples, tmp_path):
     firsts = [s.split(" ")[0] for s in stages]
     assert firsts == ["fitting", "exact", "checks", "posterior", "the"], stages
     assert set(dx.timings) >= {"fit", "exact_b", "checks", "metrics", "null"}
-    assert json.loads(dx.to_json())["schema_version"] == 4
+    assert json.loads(dx.to_json())["schema_version"] == 5
     assert dx.plot().axes  # a matplotlib Figure for a notebook
     path = dx.save(tmp_path / "m500")
     assert {p.name for p in (tmp_path / "m500").iterdir()} == {"diagnosis.json", "diagnosis.png",

@@ -119,7 +119,7 @@ def test_painter_draws_the_same_picture_as_this_process(tmp_path, examples):
 
 def test_the_early_picture_is_the_saved_diagnosis_picture():
     """The picture handed over as soon as the metrics are known (``on_picture``) is the one the finished
-    diagnosis draws: same difficulties, gaps and title."""
+    diagnosis draws: same difficulties, gaps, title and verdicts."""
     import benchfill as bf
     from benchfill.diagnostics.render import picture_of
 
@@ -131,6 +131,7 @@ def test_the_early_picture_is_the_saved_diagnosis_picture():
     final = picture_of(dg, n_gaps=len(dg.gaps))
     np.testing.assert_array_equal(early[0].d, final.d)
     assert early[0].gaps == final.gaps and early[0].title == final.title
+    assert early[0].verdicts == final.verdicts and len(final.verdicts) == 3
 
 
 WATCH = """

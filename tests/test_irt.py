@@ -69,10 +69,11 @@ def test_r3_flags_a_planted_misfitting_item():
     k = r.n_correct.copy()
     k[:, 7] = np.round(np.linspace(20, 0, 12)).astype(int)  # weakest model always right, strongest always wrong
     planted = ResponseMatrix(r.models, r.item_ids, k, r.n_trials)
-    check = C.check_r3_misfit(planted)
-    assert r.item_ids[7] in check.details["misfitting_items"]
-    assert check.passed is False
-    assert C.check_r3_misfit(r).passed is True
+    fit = fit_irt(planted, IRTSpec(), SamplerSettings(method="fast", chains=2, tune=100, draws=200))
+    check = C.check_r3_misfit(planted, fit)
+    assert check.details["misfitting_items"] == [r.item_ids[7]]
+    clean = fit_irt(r, IRTSpec(), SamplerSettings(method="fast", chains=2, tune=100, draws=200))
+    assert C.check_r3_misfit(r, clean).passed is True
 
 
 def test_r2_counts_floor_and_ceiling():

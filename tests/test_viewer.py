@@ -17,6 +17,7 @@ import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchfill.memory.bank import MemoryBank
@@ -244,3 +245,62 @@ def test_view_command_serves_on_localhost_and_stops_on_ctrl_c(known_run):
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and "stopped" in out and "Traceback" not in err
+
+
+def _planted_run(folder: Path) -> Path:
+    """A run folder with only a diagnosis: 5 of its 7 items share d = 0.5 (no search yet)."""
+    items = [{"item_id": f"i{k}", "b": 0.0, "b_sd": 0.1, "d": d} for k, d in enumerate([0.0] + [0.5] * 5 + [1.0])]
+    (folder / "diagnosis.json").write_text(json.dumps({"source": "planted.csv", "n_items": 7, "n_models": 3,
+                                                       "ddm": 0.1, "max_gap": 0.5, "top5_sum": 1.0,
+                                                       "items": items, "gaps": []}))
+    return folder
+
+
+def test_item_positions_count_the_items_that_share_a_d(tmp_path):
+    from benchfill.viewer.report import item_positions
+
+    assert item_positions([0.5, 0.1, 0.5, 0.5 + 1e-13, 0.9]) == [(0.1, 1), (0.5, 3), (0.9, 1)]
+    assert report_data(_planted_run(tmp_path))["diagnosis"]["positions"] == [(0.0, 1), (0.5, 5), (1.0, 1)]
+
+
+def _axis_ticks(dom: str, label: str) -> list[tuple[float, int]]:
+    svg = re.search(rf'<svg[^>]*data-label="{label}".*?</svg>', dom, re.S)
+    assert svg, f"no {label} axis"
+    return [(float(d), int(n)) for d, n in re.findall(r'<g class="item" data-d="([^"]+)" data-count="(\d+)"',
+                                                      svg.group(0))]
+
+
+def test_chromium_shows_how_many_items_share_a_position(tmp_path):
+    from benchfill.viewer.report import write_report
+
+    (tmp_path / "run").mkdir()
+    dom = _dump_dom(write_report(_planted_run(tmp_path / "run")).as_uri(), tmp_path)
+    assert _axis_ticks(dom, "before") == [(0.0, 1), (0.5, 5), (1.0, 1)]
+    five = re.search(r'data-d="0.5" data-count="5">(.*?)</g>', dom, re.S).group(1)
+    assert '>5</text>' in five  # the count printed above the tick
+    assert '<title>5 items at d = 0.500</title>' in five
+    one = re.search(r'data-d="0" data-count="1">(.*?)</g>', dom, re.S).group(1)
+    assert '</text>' not in one  # a single item: no count
+    top = [float(re.search(r'y1="79" y2="([\d.]+)"', g).group(1)) for g in (five, one)]
+    assert top[0] < top[1]  # the tick of five items reaches higher
+
+
+def test_chromium_draws_a_scale_under_each_placement_and_the_gap_ends(known_run, tmp_path):
+    dom = _dump_dom((known_run / "report.html").as_uri(), tmp_path)
+    data = report_data(known_run)
+    before, after = _axis_ticks(dom, "before"), _axis_ticks(dom, "after")
+    assert sum(n for _, n in before) == len(data["diagnosis"]["d"]) == 40
+    chosen = [t for t in data["methods"]["benchfill"] if t["chosen"] is not None]
+    assert sum(n for _, n in after) == 40 + len(chosen)  # the added items counted in
+    bars = re.findall(r'<svg[^>]*class="placement".*?</svg>', dom, re.S)
+    assert bars
+    g = data["methods"]["benchfill"][0]
+    for bar in bars:
+        ticks = [float(t) for t in re.findall(r'class="tick" data-tick="([^"]+)"', bar)]
+        assert len(ticks) >= 3 and ticks == sorted(ticks), bar[:300]
+        steps = np.diff(ticks)
+        assert np.allclose(steps, steps[0])  # evenly spaced round values
+    chosen_card = re.search(rf'id="cand-benchfill-{re.escape(g["chosen"])}".*?<svg[^>]*class="placement".*?</svg>',
+                            dom, re.S).group(0)
+    ends = re.findall(r'class="gap-end"[^>]*>([^<]+)</text>', chosen_card)
+    assert ends == [f"{g['lo']:.3f}", f"{g['hi']:.3f}"]

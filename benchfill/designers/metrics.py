@@ -33,7 +33,6 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-from benchfill.data import ResponseMatrix
 from benchfill.irt.checks import item_rest_correlations
 
 OUTSIDE_SUITE = ("duplicate", "failed")
@@ -172,9 +171,7 @@ def item_discrimination(n_correct: np.ndarray, n_trials: np.ndarray) -> np.ndarr
     """(I,) corrected item-rest point-biserial over answerers (NaN where undefined); counts (J, I)."""
     if n_correct.shape[1] < 2:
         return np.full(n_correct.shape[1], np.nan)
-    rm = ResponseMatrix([f"a{j}" for j in range(n_correct.shape[0])], [f"i{i}" for i in range(n_correct.shape[1])],
-                        n_correct, n_trials)
-    return item_rest_correlations(rm)
+    return item_rest_correlations(np.asarray(n_correct), np.asarray(n_trials))
 
 
 def discrimination(n_correct: np.ndarray, n_trials: np.ndarray) -> Discrimination:

@@ -16,8 +16,9 @@ CHECK_ADVICE = {
           "higher target acceptance",
     "M4": "M4 failed: the fast engine's proposal fits the abilities' posterior poorly; the draws stay exact (it "
           "falls back to NUTS where needed), so act only if M1 or M2 fail too",
-    "R1": "R1 failed: many model x item cells are empty, so sparsely answered items are placed loosely; add answers "
-          "or leave out the items few models attempted",
+    "R1": "R1 failed: invalid counts, or items answered by fewer than 2 models or models answering fewer than 10 "
+          "items (the check's details name them): such items are placed by one model, such models placed by a "
+          "handful of answers; add answers or leave them out",
     "R2": "R2 failed: many items are solved by every model or by none; their b is bounded on one side only and the "
           "axis' ends rest on them: add stronger (or weaker) models",
     "R3": "R3 failed: some items' correctness does not rise with ability (misfit): check their gold answers and "
@@ -69,3 +70,31 @@ def verdict_advice(verdicts: Mapping[str, str], thresholds: Mapping[str, float],
             out.append(f"{name} ok, but borderline: its 90 % interval [{lo:.3f}, {hi:.3f}] contains the threshold "
                        f"{threshold:g}")
     return out
+
+
+def _verdict_list(verdicts: Mapping[str, str]) -> str:
+    return ", ".join(f"{METRIC_NAMES.get(k, k)} {v}" for k, v in verdicts.items())
+
+
+def guessing_advice(c: float, delta: float, se: float, n_items: int, clear: bool, verdicts: Mapping[str, str],
+                    verdicts_no_guessing: Mapping[str, str]) -> str:
+    """The line saying which of c (the fit shown) and c = 0 the counts favour, and what the verdicts are under each.
+
+    Args:
+        c: the guessing rate of the fit shown.  delta, se: elpd(c) - elpd(c = 0) and its standard error, nats.
+        n_items: items compared.  clear: the difference is large enough to act on.
+        verdicts, verdicts_no_guessing: metric -> verdict under c and under c = 0.
+    """
+    fig = f"Δelpd = {delta:+.1f} ± {se:.1f} nats over {n_items} items, leave-one-item-out"
+    same = dict(verdicts) == dict(verdicts_no_guessing)
+    under = ("the verdicts are the same under both" if same else
+             f"under c = {c:g} (above): {_verdict_list(verdicts)}; under c = 0: {_verdict_list(verdicts_no_guessing)}")
+    if not clear:
+        return (f"guessing c = {c:g} and c = 0 fit the counts about equally well ({fig}); {under}"
+                + ("" if same else ": the verdicts that differ depend on the guessing rate, which these data "
+                                   "cannot settle"))
+    if delta > 0:
+        return (f"the counts favour guessing c = {c:g} over c = 0 ({fig}): the figures above are the better "
+                f"model's; {under}")
+    return (f"the counts favour c = 0 (no guessing) over c = {c:g} ({fig}): rerun with --guessing 0 for the better "
+            f"model's figures; {under}")

@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+VERDICT_COLOURS = {"flag": "#c62828", "at floor": "#9a6700", "ok": "#2e7d32"}
+METRIC_LABELS = (("ddm", "DDM"), ("max_gap", "max gap"), ("top5_sum", "Top-5"))
 
 
 @dataclass(frozen=True)
@@ -23,28 +26,52 @@ class Picture:
     title: str
     population: tuple[np.ndarray, np.ndarray] | None = None  # (d, density per unit d) of the difficulty population
     population_label: str = ""
+    verdicts: tuple[tuple[str, str], ...] = ()  # (line, verdict) per metric: its figures and its verdict
 
     @classmethod
     def of(cls, source: str, n_models: int, d: np.ndarray, gaps: Sequence[Any], posterior: dict[str, Any] | None,
            plug_in: dict[str, float], preview: bool = False, n_gaps: int = 5,
-           population: tuple[np.ndarray, np.ndarray] | None = None, population_label: str = "") -> "Picture":
+           population: tuple[np.ndarray, np.ndarray] | None = None, population_label: str = "",
+           verdicts: Mapping[str, str] | None = None, thresholds: Mapping[str, float] | None = None,
+           model: str = "") -> "Picture":
         """The picture of a diagnosis: ``d`` (I,) its normalised difficulties, ``gaps`` its largest gaps (objects
-        with lo, hi, mid), ``posterior`` its metrics' posterior summaries (objects with mean, sd; None for a MAP
-        preview), ``plug_in`` its plug-in ddm, max_gap and top5_sum; ``population`` the difficulty population as
-        (d, density) on the normalised axis."""
-
-        def mean_sd(key: str) -> str:
-            p = (posterior or {}).get(key)
-            return "-" if p is None else f"{p.mean:.3f} ± {p.sd:.3f}"
-
+        with lo, hi, mid), ``posterior`` its metrics' posterior summaries (objects with mean, sd, q05, q95; None
+        for a MAP preview), ``plug_in`` its plug-in ddm, max_gap and top5_sum; ``population`` the difficulty
+        population as (d, density) on the normalised axis; ``verdicts`` metric -> flag / at floor / ok and
+        ``thresholds`` metric -> the flag threshold, for the verdict lines; ``model`` the IRT model (its
+        guessing rate too: the verdicts depend on it)."""
         d = np.sort(np.asarray(d, dtype=float))
         tag = " [MAP preview]" if preview else ""
-        title = (f"{Path(source).name}: {n_models} models x {len(d)} items{tag}\n"
-                 f"posterior mean ± SD: DDM {mean_sd('ddm')}   max gap {mean_sd('max_gap')}   "
-                 f"Top-5 {mean_sd('top5_sum')}\n"
+        title = (f"{Path(source).name}: {n_models} models x {len(d)} items{', ' + model if model else ''}{tag}\n"
                  f"paper's plug-in: DDM {plug_in['ddm']:.3f}   max gap {plug_in['max_gap']:.3f}   "
                  f"Top-5 {plug_in['top5_sum']:.3f}")
-        return cls(d, [(g.lo, g.hi, g.mid) for g in list(gaps)[:n_gaps]], title, population, population_label)
+        lines = verdict_lines(posterior, plug_in, verdicts or {}, thresholds or {})
+        return cls(d, [(g.lo, g.hi, g.mid) for g in list(gaps)[:n_gaps]], title, population, population_label,
+                   lines)
+
+
+def model_label(kind: str, guessing: float | None) -> str:
+    """The IRT model as the picture names it: "1PL", "1PL, c = 0.25"."""
+    return kind.upper() + (f", c = {guessing:g}" if guessing else "")
+
+
+def verdict_lines(posterior: Mapping[str, Any] | None, plug_in: Mapping[str, float], verdicts: Mapping[str, str],
+                  thresholds: Mapping[str, float]) -> tuple[tuple[str, str], ...]:
+    """One (line, verdict) per metric with a verdict: the posterior mean ± SD and 90 % interval (the plug-in for a
+    MAP preview), the threshold and the verdict, in fixed-width columns (the picture prints them in a monospaced
+    font, coloured by verdict)."""
+    out = []
+    for key, label in METRIC_LABELS:
+        if key not in verdicts:
+            continue
+        p = (posterior or {}).get(key)
+        figure = (f"{p.mean:.3f} ± {p.sd:.3f}  90 % [{p.q05:.3f}, {p.q95:.3f}]" if p is not None
+                  else f"{plug_in[key]:.3f} (plug-in, no posterior)      ")
+        threshold = f">= {thresholds[key]:.2f}" if key in thresholds else ""
+        verdict = verdicts[key]
+        out.append((f"{label:<8}{figure}  {threshold:>8}  {verdict.upper() if verdict == 'flag' else verdict}",
+                    verdict))
+    return tuple(out)
 
 
 def population_on_axis(curve: Sequence[tuple[float, float]], b_min: float, b_max: float
@@ -58,20 +85,27 @@ def population_on_axis(curve: Sequence[tuple[float, float]], b_min: float, b_max
 
 
 def picture_figure(pic: Picture):
-    """The picture as a matplotlib Figure: ECDF of normalised difficulty against the uniform, items on the axis,
-    largest gaps shaded."""
+    """The picture as a matplotlib Figure: ECDF of normalised difficulty against the uniform, items on the axis
+    (the rug), largest gaps shaded; above the axes the title and each metric's figures and verdict, below them
+    the legend (outside the axes, so it covers no data)."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global figure state
+    from matplotlib.lines import Line2D
 
     d, n = pic.d, len(pic.d)
-    fig = Figure(figsize=(7.5, 5.0), dpi=120)
-    ax = fig.subplots()
+    fig = Figure(figsize=(7.5, 6.0), dpi=120)
+    top = 0.89 - 0.03 * len(pic.verdicts)  # the title, one line per verdict and the plug-in line above the axes
+    ax = fig.add_axes((0.09, 0.19, 0.80, top - 0.19))
     for k, (lo, hi, mid) in enumerate(pic.gaps):
         ax.axvspan(lo, hi, color="tab:red", alpha=0.18, lw=0, label="largest gaps" if k == 0 else None)
-        ax.text(mid, 1.01, str(k + 1), ha="center", va="bottom", fontsize=8, color="tab:red")
+        ax.text(mid, 1.01, str(k + 1), ha="center", va="bottom", fontsize=8, color="tab:red",
+                transform=ax.get_xaxis_transform())
     ax.plot([0, 1], [0, 1], color="0.4", ls="--", lw=1, label="uniform target")
     ax.step(np.concatenate([[0], d, [1]]), np.concatenate([[0], np.arange(1, n + 1) / n, [1]]), where="post",
-            color="tab:blue", lw=1.6, label="ECDF of d")
-    ax.plot(d, np.full(n, -0.03), "|", color="k", ms=10, alpha=0.6 if n < 500 else 0.15, label="items")
+            color="tab:blue", lw=1.6, label="ECDF of d (a step's height: the items at that d)")
+    ax.plot(d, np.full(n, -0.03), "|", color="k", ms=10, alpha=0.6 if n < 500 else 0.15)
+    handles, labels = ax.get_legend_handles_labels()
+    handles.append(Line2D([], [], ls="", marker="|", color="k", ms=10, alpha=0.6))  # the rug's own may be faint
+    labels.append("items (rug)")
     if pic.population is not None:  # the prior the difficulties were given, beside their ECDF
         x, dens = pic.population
         keep = (x >= -0.01) & (x <= 1.01)
@@ -81,14 +115,26 @@ def picture_figure(pic: Picture):
         twin.set_ylim(0, 1.25 * float(dens[keep].max()) if keep.any() else 1.0)
         twin.set_ylabel("population density (per unit d)", color="tab:green", fontsize=8)
         twin.tick_params(axis="y", labelsize=7, colors="tab:green")
-        twin.legend(loc="upper left", fontsize=7, framealpha=0.9)
+        ax.set_zorder(twin.get_zorder() + 1)  # the ECDF and the rug over the population's shading
+        ax.patch.set_visible(False)
+        more = twin.get_legend_handles_labels()
+        handles, labels = handles + more[0], labels + more[1]
     ax.set_xlim(-0.01, 1.01)
     ax.set_ylim(-0.06, 1.06)
     ax.set_xlabel("normalised difficulty d (0 = easiest item, 1 = hardest)")
     ax.set_ylabel("share of items with difficulty <= d")
-    ax.set_title(pic.title, fontsize=9)
-    ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
-    fig.tight_layout()
+    title, _, plug_in = pic.title.partition("\n")
+    fig.text(0.5, 0.985, title, ha="center", va="top", fontsize=9.5)
+    y = 0.955
+    for line, verdict in pic.verdicts:
+        fig.text(0.09, y, line, ha="left", va="top", fontsize=8.5, family="monospace",
+                 color=VERDICT_COLOURS.get(verdict, "black"), fontweight="bold" if verdict == "flag" else "normal")
+        y -= 0.03
+    if plug_in:
+        fig.text(0.09, y, plug_in, ha="left", va="top", fontsize=8, color="0.35")
+    # below the x label, outside the axes: it cannot hide the rug or the ECDF
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.005), ncol=3, fontsize=7.5,
+               frameon=False)
     return fig
 
 

@@ -11,7 +11,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from benchfill.diagnostics.picture import Picture, population_on_axis, write_picture
+from benchfill.diagnostics.null import THRESHOLDS
+from benchfill.diagnostics.picture import Picture, model_label, population_on_axis, write_picture
 
 if TYPE_CHECKING:  # the report draws itself through this module (Diagnosis.plot), so no import back at run time
     from benchfill.diagnostics.report import Diagnosis
@@ -150,7 +151,8 @@ def picture_of(dg: Diagnosis, n_gaps: int = 5) -> Picture:
     on_axis = None if pop is None or b.size < 2 else population_on_axis(pop.curve, float(b.min()), float(b.max()))
     return Picture.of(dg.source, dg.n_models, dg.d_values(), dg.gaps, dg.posterior,
                       {"ddm": dg.ddm, "max_gap": dg.max_gap, "top5_sum": dg.top5_sum}, dg.sampler.preview, n_gaps,
-                      on_axis, "" if pop is None else pop.kind)
+                      on_axis, "" if pop is None else pop.kind, dg.verdicts, THRESHOLDS,
+                      model_label(dg.irt_model.split("+")[0], dg.guessing))
 
 
 def diagnosis_figure(dg: Diagnosis, n_gaps: int = 5):

@@ -15,8 +15,10 @@ from pydantic import BaseModel, Field, PrivateAttr
 
 from benchfill._version import __version__
 from benchfill.data import ResponseMatrix
+from benchfill.diagnostics import guessing as G
 from benchfill.diagnostics import metrics as M
-from benchfill.diagnostics.guidance import check_advice, verdict_advice
+from benchfill.diagnostics.guessing import GuessingComparison
+from benchfill.diagnostics.guidance import check_advice, guessing_advice, verdict_advice
 from benchfill.diagnostics.null import (
     THRESHOLDS,
     attainable_b,
@@ -43,7 +45,8 @@ def _no_stage(_: str) -> None:
     return None
 
 
-SCHEMA_VERSION = 4  # 4: advice; 3: the difficulty population (population, reach; gaps' beyond_reach)
+# 5: guessing_comparison; 4: advice; 3: the difficulty population (population, reach; gaps' beyond_reach)
+SCHEMA_VERSION = 5
 NULL_REPLICATES = 200
 NULL_TOL = 1e-9  # the null reproduces a coarse design's plug-in exactly: only a real excess may flag
 NAMES = {"ddm": "DDM", "max_gap": "max gap", "top5_sum": "Top-5 sum"}
@@ -222,6 +225,9 @@ class Diagnosis(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     advice: list[str] = Field(default_factory=list, description="what each verdict other than a plain ok and each "
                                                                 "failed check means, and what to do next")
+    guessing_comparison: GuessingComparison | None = Field(
+        default=None, description="with a fixed guessing rate: the 1PL refitted with c = 0 and which of the two "
+                                  "the counts favour (leave-one-item-out elpd), with the verdicts under c = 0")
     timings: dict[str, float] = Field(default_factory=dict, description="seconds per stage")
     gaps: list[GapOut] = Field(description="largest first")
     checks: list[CheckOut]
@@ -454,7 +460,7 @@ def build_diagnosis(
     """Assemble the report from a fit: plug-in metrics from the (exact per-key) posterior-mean b, their posterior
     from per-draw metrics, the design's resolution and null, flags and verdicts. ``on_stage(text)`` is told
     each stage as it starts (for a progress display); ``on_picture(picture)`` gets the diagnosis picture as soon
-    as the metrics are known (a painter draws it while the null is computed)."""
+    as the verdicts are known (a painter draws it while the report is assembled)."""
     stage = on_stage or _no_stage
     timings = dict(timings or {})
     stage("posterior metrics (DDM, gaps, Top-5 per draw)")
@@ -469,13 +475,6 @@ def build_diagnosis(
     top = M.gaps(d, top=top_gaps)
     prior = fit.spec.population_prior
     population = PopulationOut.of(prior)
-    if on_picture is not None:
-        from benchfill.diagnostics.picture import Picture, population_on_axis
-
-        on_picture(Picture.of(responses.source, len(fit.models), d, top, posterior, plug_in, fit.is_map,
-                              n_gaps=top_gaps, population=population_on_axis(population.curve, float(b.min()),
-                                                                              float(b.max())),
-                              population_label=population.kind))
     stage("the design's null (benchmarks without holes, answered like this one)")
     clock = time.perf_counter()
     guess = fit.spec.guessing
@@ -497,6 +496,14 @@ def build_diagnosis(
     timings["null"] = time.perf_counter() - clock  # the null and the placements a new item can reach
     null_by_metric = None if null_out is None else {k: getattr(null_out, k) for k in THRESHOLDS}
     flags, verdicts = decide(plug_in, posterior, null_by_metric)
+    if on_picture is not None:  # with its verdicts, so after the null; drawn while the rest is assembled
+        from benchfill.diagnostics.picture import Picture, model_label, population_on_axis
+
+        on_picture(Picture.of(responses.source, len(fit.models), d, top, posterior, plug_in, fit.is_map,
+                              n_gaps=top_gaps, population=population_on_axis(population.curve, float(b.min()),
+                                                                              float(b.max())),
+                              population_label=population.kind, verdicts=verdicts, thresholds=THRESHOLDS,
+                              model=model_label(fit.spec.kind, guess_value)))
     resolution = resolution_of(responses, guess, null_by_metric)
     reach, beyond_d = reach_of(responses, b, d)
     acc = responses.accuracy_by_model()
@@ -535,6 +542,47 @@ def build_diagnosis(
     )
 
 
+def has_fixed_guessing(spec: IRTSpec) -> bool:
+    """A 1PL with a fixed guessing rate on some item: the fits :func:`compare_with_no_guessing` compares."""
+    return spec.kind == "1pl" and spec.has_guessing and not spec.estimate_guessing
+
+
+def compare_with_no_guessing(responses: ResponseMatrix, fit: IRTFit, top_gaps: int = 10) -> GuessingComparison:
+    """The 1PL refitted without guessing (c = 0; the same population kind, sampler settings and seed, so its
+    verdicts are those ``--guessing 0`` prints; a NUTS fit's comparison uses the fast engine), and which of the two
+    the counts favour by leave-one-item-out elpd (:mod:`benchfill.diagnostics.guessing`). ``fit``: the fit with
+    guessing (its exact per-key difficulties computed). Costs one fast fit without guessing (cheaper than the
+    one with it: fewer likelihood keys), its null and two lattice integrals per item and ability draw."""
+    from dataclasses import replace
+
+    clock = time.perf_counter()
+    settings = fit.settings if fit.settings.method in ("fast", "map") else replace(fit.settings, method="fast")
+    plain = fit_irt(responses, IRTSpec(kind="1pl", population=fit.spec.population), settings)
+    exact_item_moments(plain, responses)
+    plain_dg = build_diagnosis(responses, plain, [], top_gaps=top_gaps, seed=settings.seed)
+    c = fit.guessing_vector()
+    y, n, key_c, item_key = G.count_keys(responses.n_correct, responses.n_trials, c)
+    ll_c = G.item_log_marginals(thin_draws(fit.flat("theta"), G.LOO_DRAWS), y, n, key_c, fit.spec.population_prior)
+    ll_0 = G.item_log_marginals(thin_draws(plain.flat("theta"), G.LOO_DRAWS), y, n, np.zeros_like(key_c),
+                                plain.spec.population_prior)
+    elpd_c, elpd_0 = G.loo_from_draws(ll_c), G.loo_from_draws(ll_0)  # (K,) per key, nats
+    delta, se = G.elpd_difference(elpd_c, elpd_0, item_key)
+    mult = np.bincount(item_key, minlength=len(key_c))  # items per key
+    ks = [k for k in (G.worst_pareto_k(ll_c), G.worst_pareto_k(ll_0)) if k is not None]
+    return GuessingComparison(
+        guessing=float(np.max(c)), n_items=len(item_key),
+        elpd_guessing=float(mult @ elpd_c), elpd_no_guessing=float(mult @ elpd_0),
+        delta_elpd=delta, se_delta=se, preferred="guessing" if delta > 0 else "no guessing",
+        clear=G.is_clear(delta, se), pareto_k_max=max(ks) if ks else None,
+        loglik_at_mean_guessing=G.loglik_at(fit.theta_mean, fit.b_mean, c, responses.n_correct, responses.n_trials),
+        loglik_at_mean_no_guessing=G.loglik_at(plain.theta_mean, plain.b_mean, np.zeros_like(c),
+                                               responses.n_correct, responses.n_trials),
+        verdicts_no_guessing=dict(plain_dg.verdicts),
+        posterior_no_guessing=None if plain_dg.posterior is None else {
+            k: p.mean for k, p in plain_dg.posterior.items()},
+        wall_time_s=round(time.perf_counter() - clock, 3))
+
+
 def diagnose(
     responses: ResponseMatrix,
     spec: IRTSpec | None = None,
@@ -543,11 +591,14 @@ def diagnose(
     top_gaps: int = 10,
     on_stage: StageFn | None = None,
     on_picture: PictureFn | None = None,
+    compare_guessing: bool = True,
 ) -> tuple[Diagnosis, IRTFit]:
     """Fit IRT, run the seven checks and compute every metric. Returns the report and the fit (for the scale).
 
     Difficulties of a 1PL fit are the exact per-key posterior moments (README: Reading the figures), so items with the same
-    counts get identical b and the gaps are not shrunk by Monte Carlo noise."""
+    counts get identical b and the gaps are not shrunk by Monte Carlo noise. With a fixed guessing rate (and
+    ``compare_guessing``) the 1PL is also fitted without it and the report says which the counts favour
+    (:func:`compare_with_no_guessing`: its ``guessing_comparison`` and the first ``advice`` line)."""
     settings = settings or SamplerSettings()
     stage = on_stage or _no_stage
     J, I = responses.shape
@@ -568,4 +619,11 @@ def diagnose(
     timings.update({f"check_{k}": v for k, v in check_times.items()})
     dg = build_diagnosis(responses, fit, checks, top_gaps=top_gaps, seed=settings.seed, timings=timings,
                          on_stage=on_stage, on_picture=on_picture)
+    if compare_guessing and has_fixed_guessing(fit.spec):
+        stage("which fits the counts better: the 1PL refitted without guessing (c = 0)")
+        cmp = compare_with_no_guessing(responses, fit, top_gaps)
+        dg.guessing_comparison = cmp
+        dg.advice.insert(0, guessing_advice(cmp.guessing, cmp.delta_elpd, cmp.se_delta, cmp.n_items, cmp.clear,
+                                            dg.verdicts, cmp.verdicts_no_guessing))
+        dg.timings["compare_guessing"] = cmp.wall_time_s
     return dg, fit

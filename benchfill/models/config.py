@@ -28,7 +28,7 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from benchfill.errors import InputError, did_you_mean, field_path
+from benchfill.errors import InputError, did_you_mean, field_path, install_hint
 
 Role = Literal["rewriter", "judge", "panel", "grader"]
 ROLES: tuple[Role, ...] = ("rewriter", "judge", "panel", "grader")
@@ -495,7 +495,7 @@ def validate_model(cfg: ModelConfig, where: str, source: str, sim: SimConfig | N
         check_vllm_config(cfg, where, source)
         if importlib.util.find_spec("vllm") is None:
             raise InputError(
-                source, f"{where}.model: {cfg.model!r} needs the in-process vLLM engine: pip install 'benchfill[vllm]'"
+                source, f"{where}.model: {cfg.model!r} needs the in-process vLLM engine: {install_hint('vllm')}"
             )
         return
     for base in cfg.endpoints():

@@ -45,7 +45,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from benchfill.errors import InputError
+from benchfill.errors import InputError, MissingExtra
 
 # SamplingParams fields a config may set (names as in vllm.SamplingParams).
 SAMPLING_FIELDS = frozenset({
@@ -141,7 +141,7 @@ class _Engine:
         try:
             from vllm import LLM
         except ImportError:
-            raise InputError(model, "the vLLM backend needs vllm: pip install 'benchfill[vllm]'") from None
+            raise MissingExtra(model, "vllm", "vllm") from None
         self.llm = LLM(model=model, **dict(args))
         self._defaults: dict[str, Any] | None = None
 

@@ -49,6 +49,17 @@ def _json_for_script(obj: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+def item_positions(d: list[float], digits: int = 9) -> list[tuple[float, int]]:
+    """(d, number of items at it) per distinct position on the axis, ascending. Items with the same counts get the
+    same d (exact per-key means), so one position can hold many items; positions equal to ``digits`` decimals
+    are one."""
+    counts: dict[float, int] = {}
+    for x in d:
+        key = round(float(x), digits)
+        counts[key] = counts.get(key, 0) + 1
+    return sorted(counts.items())
+
+
 def report_data(run_dir: str | Path, bank: MemoryBank | None = None) -> dict[str, Any]:
     """Everything the page shows, as plain data (also what the page's script reads)."""
     run_dir = Path(run_dir)
@@ -62,6 +73,7 @@ def report_data(run_dir: str | Path, bank: MemoryBank | None = None) -> dict[str
             diag = {"source": raw.get("source"), "n_items": raw.get("n_items"), "n_models": raw.get("n_models"),
                     "ddm": raw.get("ddm"), "max_gap": raw.get("max_gap"), "top5_sum": raw.get("top5_sum"),
                     "d": [it["d"] for it in raw.get("items", [])],
+                    "positions": item_positions([it["d"] for it in raw.get("items", [])]),
                     "gaps": [{k: g.get(k) for k in ("lo", "hi", "mid", "width")} for g in raw.get("gaps", [])[:10]]}
         summary = None
         if (run_dir / "summary.json").exists():
@@ -111,11 +123,15 @@ _PAGE = """<!doctype html>
 <body>
 <header><h1 id="title"></h1><p id="sub"></p></header>
 <nav id="nav"></nav>
-<section id="diagnosis"><h2>Diagnosis: the axis before and after</h2><div id="axis"></div><div id="gaptable"></div></section>
+<section id="diagnosis"><h2>Diagnosis: the axis before and after</h2>
+<p class="muted">Each tick is a position d of the benchmark's items (0 = easiest, 1 = hardest); items answered alike share
+one d, so a tick's height grows with the number of items there, printed above it where there is room (hover a tick for
+its count). <span style="background:#ffd8d8">Pink</span>: the gaps searched; <span style="color:#1a7f37">green</span>
+diamonds: the items added.</p><div id="axis"></div><div id="gaptable"></div></section>
 <section id="searches"><h2>Searches, gap by gap</h2>
 <p class="muted">Each child: its full question and reference answer, the judge's verdict and reason, panel counts per model, and its
-placement bar: <span style="background:#ffe9e9">pink</span> the gap, <span style="background:#b6e3c2">green</span> the target ±
-tolerance, <span style="color:#0550ae">blue</span> d with its 90 % interval (d ± 1.645 SD). The chosen child is framed in green.</p>
+placement bar: <span style="background:#ffe9e9">pink</span> the gap (its ends printed above it), <span style="background:#b6e3c2">green</span> the target ±
+tolerance, <span style="color:#0550ae">blue</span> d with its 90 % interval (d ± 1.645 SD), on a scale of d below it. The chosen child is framed in green.</p>
 <div id="gaps"></div></section>
 <section id="review"><h2>Review queue</h2><p id="rule"></p><div id="queue"></div></section>
 <footer>Self-contained report written by benchfill (no network). Math is typeset by the bundled KaTeX; click a formula
@@ -137,7 +153,7 @@ th{background:#f5f5f7}td.l,th.l{text-align:left}.card{border:1px solid #d8d8de;b
 .b-accepted{background:#1a7f37;color:#fff}.b-blocked{background:#bf8700;color:#fff}.b-rejected{background:#cf222e;color:#fff}
 pre.text{white-space:pre-wrap;word-break:break-word;background:#f6f8fa;padding:6px 8px;border-radius:4px;margin:4px 0;font:13px/1.4 ui-monospace,Menlo,Consolas,monospace}
 .muted{color:#666}.tex{background:#eef3ff;color:#0b3d91;border-radius:3px}details>summary{cursor:pointer;font-weight:600;margin:4px 0}.parent{margin-left:12px}
-.counts td{font-size:12px}svg text{font:11px system-ui,sans-serif}.votes{margin-top:6px}
+.counts td{font-size:12px}svg text{font:11px system-ui,sans-serif}svg text.tick,svg text.gap-end{font-size:10px}svg text.count{font-size:10px;fill:#333}.votes{margin-top:6px}
 .voteform input{margin-right:6px}.voteform button{margin-right:6px}
 footer{margin:30px 0;color:#888;font-size:12px}
 """
@@ -174,16 +190,32 @@ for (const [m, traces] of Object.entries(D.methods)) for (const t of traces) nav
 nav.append(el('a',{href:'#review'},'review queue'));
 
 // ---- the axis: before / after ----------------------------------------------------------------------------
-function axis(label, ds, gaps, added){
-  const W=1100,H=86,L=70,R=20,X=x=>L+(W-L-R)*Math.max(0,Math.min(1,x));
+function textWidth(t){return 6.5*String(t).length;}  // ~11px system-ui digits: enough to keep labels apart
+// positions [[d, count], ...] -> the same with the added items' d counted in, ascending
+function withAdded(pos, added){const m=new Map(pos.map(([d,n])=>[d,n]));
+  for(const a of added||[]){const k=Math.round(a.d*1e9)/1e9;m.set(k,(m.get(k)||0)+1);}
+  return [...m.entries()].sort((a,b)=>a[0]-b[0]);}
+function axis(label, pos, gaps, added){
+  const W=1100,H=104,L=70,R=20,Y0=80,X=x=>L+(W-L-R)*Math.max(0,Math.min(1,x));
   const s=sv('svg',{width:W,height:H,viewBox:`0 0 ${W} ${H}`,class:'axis','data-label':label});
-  s.append(sv('text',{x:4,y:44},label));
-  gaps.forEach((g,k)=>{s.append(sv('rect',{x:X(g.lo),y:24,width:Math.max(1,X(g.hi)-X(g.lo)),height:34,fill:'#ffd8d8',class:'gap'}));
+  s.append(sv('text',{x:4,y:60},label));
+  gaps.forEach((g,k)=>{s.append(sv('rect',{x:X(g.lo),y:24,width:Math.max(1,X(g.hi)-X(g.lo)),height:Y0-24,fill:'#ffd8d8',class:'gap'}));
     s.append(sv('text',{x:(X(g.lo)+X(g.hi))/2,y:k%2?21:10,'text-anchor':'middle'},`gap ${k+1}`));});
-  s.append(sv('line',{x1:X(0),x2:X(1),y1:58,y2:58,stroke:'#333'}));
-  for(const t of [0,0.25,0.5,0.75,1]){s.append(sv('line',{x1:X(t),x2:X(t),y1:58,y2:63,stroke:'#333'}));s.append(sv('text',{x:X(t)-8,y:76},t));}
-  for(const d of ds) s.append(sv('line',{x1:X(d),x2:X(d),y1:28,y2:56,stroke:'#555','stroke-opacity':0.45}));
-  for(const a of added||[]){const g=sv('g',{class:'added','data-candidate':a.id});g.append(sv('path',{d:`M ${X(a.d)} 18 l 6 10 l -6 10 l -6 -10 z`,fill:'#1a7f37'}));g.append(sv('title',{},`${a.id}: d = ${f(a.d)} (gap ${a.gap})`));s.append(g);}
+  s.append(sv('line',{x1:X(0),x2:X(1),y1:Y0,y2:Y0,stroke:'#333'}));
+  for(let k=0;k<=10;k++){const t=k/10;s.append(sv('line',{x1:X(t),x2:X(t),y1:Y0,y2:Y0+5,stroke:'#333'}));
+    s.append(sv('text',{x:X(t),y:Y0+18,'text-anchor':'middle',class:'tick'},t.toFixed(1)));}
+  // one tick per position, its height growing with the items there (how many: above it where there is room)
+  const most=Math.max(1,...pos.map(p=>p[1]));
+  let right=-Infinity;
+  for(const [d,n] of pos){
+    const h=8+32*(n-1)/Math.max(1,most-1), x=X(d);
+    const g=sv('g',{class:'item','data-d':d,'data-count':n});
+    g.append(sv('line',{x1:x,x2:x,y1:Y0-1,y2:Y0-1-h,stroke:'#444','stroke-opacity':n>1?0.8:0.5,'stroke-width':n>1?2:1}));
+    if(n>1&&x-textWidth(n)/2>right+2){g.append(sv('text',{x:x,y:Y0-4-h,'text-anchor':'middle',class:'count'},n));right=x+textWidth(n)/2;}
+    g.append(sv('title',{},`${n} item${n>1?'s':''} at d = ${f(d)}`));
+    s.append(g);
+  }
+  for(const a of added||[]){const g=sv('g',{class:'added','data-candidate':a.id});g.append(sv('path',{d:`M ${X(a.d)} 4 l 6 10 l -6 10 l -6 -10 z`,fill:'#1a7f37'}));g.append(sv('title',{},`${a.id}: d = ${f(a.d)} (gap ${a.gap})`));s.append(g);}
   return s;
 }
 (function(){
@@ -191,8 +223,8 @@ function axis(label, ds, gaps, added){
   if(!D.diagnosis){box.append(el('p',{class:'muted'},'no diagnosis.json in this run folder'));return;}
   const bf=(D.methods.benchfill||[]).filter(t=>t.chosen!=null).map(t=>({id:t.chosen,d:t.chosen_d,gap:t.gap}));
   const gaps=(D.methods.benchfill||[]).map(t=>({lo:t.lo,hi:t.hi}));
-  box.append(axis('before',D.diagnosis.d,gaps,[]));
-  box.append(axis('after',D.diagnosis.d.concat(bf.map(a=>a.d)),[],bf));
+  box.append(axis('before',D.diagnosis.positions,gaps,[]));
+  box.append(axis('after',withAdded(D.diagnosis.positions,bf),[],bf));
   const t=el('table',{id:'gap-summary'});
   t.append(el('tr',{},...['method','gap','interval','target','chosen','d ± SD','|d - t|','P(inside)','P(within tol)','rounds','candidates','cost $','status'].map(h=>el('th',{},h))));
   for(const [m,traces] of Object.entries(D.methods)) for(const g of traces){
@@ -204,18 +236,36 @@ function axis(label, ds, gaps, added){
 })();
 
 // ---- a child's placement against the target ------------------------------------------------------------
+// round values (steps 1, 2, 2.5 or 5 x 10^k) evenly spaced over [lo, hi], and the decimals they need: the step is
+// between (hi - lo) / n and twice that, so 3 to 7 of them for n = 6
+function niceTicks(lo, hi, n=6){
+  const raw=(hi-lo)/n, p=Math.pow(10,Math.floor(Math.log10(raw)));
+  const step=[1,2,2.5,5,10].map(m=>m*p).find(v=>v>=raw*(1-1e-9));
+  let dec=0;while(dec<8&&Math.abs(Math.round(step*10**dec)-step*10**dec)>1e-6)dec++;
+  const out=[];for(let t=Math.ceil(lo/step-1e-9)*step;t<=hi+step*1e-9;t+=step)out.push(Number(t.toFixed(dec)));
+  return {ticks:out,dec};
+}
 function placement(c, g){
-  const W=420,H=34,lo=Math.min(g.lo, c.d==null?g.lo:c.d-Z90*(c.d_sd||0))-0.02, hi=Math.max(g.hi, c.d==null?g.hi:c.d+Z90*(c.d_sd||0))+0.02;
-  const X=x=>10+(W-20)*(x-lo)/(hi-lo);
+  const W=460,H=62,lo=Math.min(g.lo, c.d==null?g.lo:c.d-Z90*(c.d_sd||0))-0.02, hi=Math.max(g.hi, c.d==null?g.hi:c.d+Z90*(c.d_sd||0))+0.02;
+  const X=x=>10+(W-20)*(x-lo)/(hi-lo), T=14, B=40;
   const s=sv('svg',{width:W,height:H,class:'placement'});
-  s.append(sv('rect',{x:X(g.lo),y:4,width:X(g.hi)-X(g.lo),height:22,fill:'#ffe9e9'}));
+  s.append(sv('rect',{x:X(g.lo),y:T+2,width:X(g.hi)-X(g.lo),height:B-T-4,fill:'#ffe9e9'}));
   const tol=D.tolerance||0;
-  s.append(sv('rect',{x:X(g.target-tol),y:2,width:Math.max(1,X(g.target+tol)-X(g.target-tol)),height:26,fill:'#b6e3c2'}));
-  s.append(sv('line',{x1:X(g.target),x2:X(g.target),y1:0,y2:30,stroke:'#1a7f37','stroke-width':2}));
+  s.append(sv('rect',{x:X(g.target-tol),y:T,width:Math.max(1,X(g.target+tol)-X(g.target-tol)),height:B-T,fill:'#b6e3c2'}));
+  s.append(sv('line',{x1:X(g.target),x2:X(g.target),y1:T-2,y2:B+2,stroke:'#1a7f37','stroke-width':2}));
   if(c.d!=null){const a=c.d-Z90*(c.d_sd||0),b=c.d+Z90*(c.d_sd||0);
-    s.append(sv('line',{x1:X(a),x2:X(b),y1:15,y2:15,stroke:'#0550ae','stroke-width':3}));
-    s.append(sv('circle',{cx:X(c.d),cy:15,r:4,fill:'#0550ae'}));}
-  s.append(sv('title',{},`gap [${f(g.lo)}, ${f(g.hi)}] (pink), target ${f(g.target)} ± tolerance ${f(tol)} (green), d with its 90 % interval (blue)`));
+    s.append(sv('line',{x1:X(a),x2:X(b),y1:(T+B)/2,y2:(T+B)/2,stroke:'#0550ae','stroke-width':3}));
+    s.append(sv('circle',{cx:X(c.d),cy:(T+B)/2,r:4,fill:'#0550ae'}));}
+  // the gap's ends above the bar, outside it (inside where the edge of the picture is too near)
+  const lw=textWidth(f(g.lo)), left=X(g.lo)-3-lw>=0, right=X(g.hi)+3+textWidth(f(g.hi))<=W;
+  s.append(sv('text',{x:left?X(g.lo)-3:X(g.lo)+3,y:T-3,'text-anchor':left?'end':'start',class:'gap-end',fill:'#a1262e'},f(g.lo)));
+  s.append(sv('text',{x:right?X(g.hi)+3:X(g.hi)-3,y:T-3,'text-anchor':right?'start':'end',class:'gap-end',fill:'#a1262e'},f(g.hi)));
+  // the scale of d: round ticks, labelled
+  s.append(sv('line',{x1:X(lo),x2:X(hi),y1:B+4,y2:B+4,stroke:'#666'}));
+  const nt=niceTicks(lo,hi);
+  for(const t of nt.ticks){s.append(sv('line',{x1:X(t),x2:X(t),y1:B+4,y2:B+8,stroke:'#666'}));
+    s.append(sv('text',{x:X(t),y:B+19,'text-anchor':'middle',class:'tick','data-tick':t},t.toFixed(nt.dec)));}
+  s.append(sv('title',{},`gap [${f(g.lo)}, ${f(g.hi)}] (pink), target ${f(g.target)} ± tolerance ${f(tol)} (green), d with its 90 % interval (blue); the scale below is d`));
   return s;
 }
 function countsTable(counts){

@@ -1,0 +1,87 @@
+"""R1 and R3 on sparse, binary and small designs: data drawn from the 1PL itself passes at the nominal rate, a
+sparse matrix is reported (its observed share, the items and models with too few answers) instead of failing by
+construction, and planted misfitting items are still found."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchfill.data import ResponseMatrix
+from benchfill.irt import checks as C
+from benchfill.irt.fit import fit_irt
+from benchfill.irt.model import IRTSpec, SamplerSettings
+from benchfill.irt.simulate import simulate_responses
+
+SETTINGS = dict(method="fast", chains=2, tune=100, draws=200)
+
+
+def hide(r: ResponseMatrix, share: float, rng: np.random.Generator) -> ResponseMatrix:
+    """The same matrix with a random ``share`` of its cells unanswered."""
+    keep = rng.random(r.n_trials.shape) >= share
+    return ResponseMatrix(r.models, r.item_ids, np.where(keep, r.n_correct, 0), np.where(keep, r.n_trials, 0))
+
+
+def design(name: str, seed: int) -> ResponseMatrix:
+    """Model-true benchmarks: 12 binary models x 300; 20 models x 300 with 40 % of cells unanswered; 12 x 500 x 4."""
+    rng = np.random.default_rng(seed)
+    if name == "binary":
+        return simulate_responses(np.linspace(-2, 2, 12), rng.uniform(-3, 3, 300), 1, seed=rng)
+    if name == "sparse":
+        return hide(simulate_responses(rng.normal(0, 1, 20), rng.normal(0, 1.5, 300), 1, seed=rng), 0.4, rng)
+    return simulate_responses(np.linspace(-2, 2, 12), rng.normal(0, 2, 500), 4, seed=rng)
+
+
+def r3(r: ResponseMatrix, seed: int = 0) -> C.Check:
+    return C.check_r3_misfit(r, fit_irt(r, IRTSpec(), SamplerSettings(**SETTINGS, seed=seed)), seed=seed)
+
+
+def test_r1_reports_a_sparse_matrix_and_names_what_has_too_few_answers():
+    rng = np.random.default_rng(1)
+    r = hide(simulate_responses(rng.normal(0, 1, 20), rng.normal(0, 1, 300), 1, seed=rng), 0.4, rng)
+    check = C.check_r1_complete(r)
+    assert check.passed is True and check.value == 0
+    assert check.details["observed_share"] == pytest.approx(0.6, abs=0.02)
+    assert f"{check.details['observed_share']:.0%} of cells observed" in check.description
+    n = r.n_trials.copy()
+    n[1:, 5] = 0  # item 5 answered by one model only
+    n[3, 10:] = 0  # model 3 answers 10 items
+    n[3, :10] = 1
+    thin = ResponseMatrix(r.models, r.item_ids, np.minimum(r.n_correct, n), n)
+    check = C.check_r1_complete(thin)
+    assert check.passed is False
+    assert check.details["items_below_minimum"] == [r.item_ids[5]]
+    assert check.details["models_below_minimum"] == []  # 10 items is the minimum
+    n[3, :10] = 0
+    n[3, :9] = 1
+    check = C.check_r1_complete(ResponseMatrix(r.models, r.item_ids, np.minimum(r.n_correct, n), n))
+    assert check.details["models_below_minimum"] == [r.models[3]]
+
+
+def test_r3_finds_planted_misfitting_items():
+    """30 of 300 items reversed (the stronger a model, the less often right), 12 models x 4 rollouts."""
+    rng = np.random.default_rng(3)
+    theta, b = np.linspace(-2, 2, 12), rng.uniform(-2, 2, 300)
+    r = simulate_responses(theta, b, 4, seed=rng)
+    k = r.n_correct.copy()
+    k[:, :30] = rng.binomial(4, 1 / (1 + np.exp(theta[:, None] + b[None, :30])))
+    check = r3(ResponseMatrix(r.models, r.item_ids, k, r.n_trials))
+    assert check.passed is False
+    found = set(check.details["misfitting_items"]) & set(r.item_ids[:30])
+    assert len(found) >= 25 and check.details["n_misfitting"] - len(found) <= 1
+
+
+def test_the_bare_rule_failed_model_true_sparse_data():
+    """Why R3 compares with the model: on a sparse binary design "r <= 0" alone marks many fitting items."""
+    r = design("sparse", 0)
+    rho = C.item_rest_correlations(r.n_correct, r.n_trials)
+    assert np.mean(rho[np.isfinite(rho)] <= 0) > C.R3_MAX_MISFIT_SHARE
+    assert r3(r).passed is True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["binary", "sparse", "rollouts4"])
+def test_r3_passes_model_true_data_at_the_nominal_rate(name):
+    """12 benchmarks per design drawn from the 1PL: at a 5 % false-fail rate, 3 or more fails has probability 0.02."""
+    fails = sum(not r3(design(name, seed), seed).passed for seed in range(12))
+    assert fails <= 2
