@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -279,11 +280,33 @@ def friendly_errors(fn: F | None = None, *, resume_hint: str | None = None):
     return decorate(fn) if fn is not None else decorate
 
 
+ABBREVIATIONS = {"app", "e.g", "i.e", "fig", "sec", "eq", "vs", "cf", "no"}  # "paper App. B" ends no sentence
+
+
+def first_sentence(doc: str | None) -> str:
+    """The first sentence of a docstring (up to the first ". " or the end of its first paragraph), on one line."""
+    para = " ".join((doc or "").strip().split("\n\n")[0].split())
+    for m in re.finditer(r"\. ", para):
+        word = para[: m.start()].rsplit(" ", 1)[-1].strip("(")
+        if word.lower() not in ABBREVIATIONS:
+            return para[: m.start() + 1]
+    return para
+
+
 def plain_help(*apps: typer.Typer) -> None:
-    """Help text is printed as written: words in square brackets (``[fill]``) are not rich markup; and boolean
-    flags show no ``<bool>`` value placeholder (they take none)."""
+    """Help text is printed as written: words in square brackets (``[fill]``) are not rich markup; boolean
+    flags show no ``<bool>`` value placeholder (they take none); and the command list shows each command's whole
+    first sentence, wrapped to the terminal (click cuts a summary it makes itself at the column's width, so an
+    80-column terminal showed ~40 characters of each)."""
     for a in apps:
         a.rich_markup_mode = None  # type: ignore[assignment]
+        for info in a.registered_commands:
+            if info.short_help is None and info.callback is not None:
+                info.short_help = first_sentence(info.help or info.callback.__doc__)
+        for group in a.registered_groups:  # unset fields of a group hold typer's DefaultPlaceholder, not None
+            if group.typer_instance is not None and not isinstance(group.short_help, str):
+                help_text = group.typer_instance.info.help
+                group.short_help = first_sentence(help_text if isinstance(help_text, str) else None)
     try:
         from typer.core import TyperOption
     except ImportError:  # pragma: no cover

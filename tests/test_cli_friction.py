@@ -499,3 +499,27 @@ def test_every_option_of_every_command_is_documented():
                     for opt in cmd.params if isinstance(opt, click.Option) and opt.opts[0] not in ("--help",)
                     and not opt.help]
     assert undocumented == []
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_help_at_80_and_200_columns_shows_whole_summaries_within_the_width(columns):
+    """In a terminal of 80 or 200 columns (COLUMNS, as a shell sets it) every command's first sentence is in the
+    command list whole (wrapped, not cut with "..."), and no help line is wider than the terminal, or than 120
+    columns on a wide one."""
+    import typer
+
+    from benchfill.cli_support import first_sentence
+
+    env = {**os.environ, "COLUMNS": str(columns)}
+    group = typer.main.get_command(app)
+    for path, sub in (([], group), (["designers"], group.commands["designers"]), (["diagnose"], None)):
+        proc = subprocess.run([sys.executable, "-m", "benchfill.cli", *path, "--help"], capture_output=True,
+                              text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.splitlines()
+        assert max(len(line) for line in lines) <= min(columns, 120)
+        assert not any(line.rstrip().endswith("...") for line in lines[1:])
+        for name, cmd in (sub.commands.items() if sub is not None else ()):
+            doc = cmd.help if isinstance(cmd, typer.core.TyperGroup) else cmd.callback.__doc__
+            squeeze = "".join  # wrapping may break a line after a hyphen: compare without whitespace
+            assert squeeze(first_sentence(doc).split()) in squeeze(proc.stdout.split()), name
