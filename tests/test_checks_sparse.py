@@ -85,3 +85,19 @@ def test_r3_passes_model_true_data_at_the_nominal_rate(name):
     """12 benchmarks per design drawn from the 1PL: at a 5 % false-fail rate, 3 or more fails has probability 0.02."""
     fails = sum(not r3(design(name, seed), seed).passed for seed in range(12))
     assert fails <= 2
+
+
+def test_a_sparse_matrix_places_new_items_as_its_typical_item_was_answered():
+    """The attainable placements use a typical item's panel: in a sparse matrix (every item its own panel) the
+    column of an item answered by the median number of models, not the lexicographically first column."""
+    from benchfill.diagnostics.report import modal_pattern
+
+    rng = np.random.default_rng(0)
+    r = design("sparse", 0)
+    answered = (r.n_trials > 0).sum(0)
+    pattern = modal_pattern(r.n_trials)
+    assert (pattern > 0).sum() == np.sort(answered)[(answered.size - 1) // 2]
+    patterns, counts = np.unique(r.n_trials.T, axis=0, return_counts=True)
+    assert counts.max() <= 2  # no column is typical: the most common one, used before, was an accident
+    full = simulate_responses(np.linspace(-1, 1, 12), rng.normal(0, 1, 50), 4, seed=rng)
+    np.testing.assert_array_equal(modal_pattern(full.n_trials), np.full(12, 4))

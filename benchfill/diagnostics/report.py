@@ -362,10 +362,21 @@ def resolution_of(responses: ResponseMatrix, guessing: np.ndarray | None,
     return ResolutionOut(distinct_keys=keys, max_gap_floor=gap_floor, top5_floor=top5_floor, at_floor=bool(at_floor))
 
 
+MODAL_MIN_SHARE = 0.1  # a column of trials shared by fewer items than this is no design's typical item
+
+
 def modal_pattern(n_trials: np.ndarray) -> np.ndarray:
-    """(J,) the most common column of trials: how the benchmark's typical item was answered."""
-    patterns, counts = np.unique(np.asarray(n_trials).T, axis=0, return_counts=True)
-    return patterns[int(np.argmax(counts))]
+    """(J,) how the benchmark's typical item was answered: the most common column of trials, where at least
+    MODAL_MIN_SHARE of the items share it; in a sparse matrix, where nearly every item has its own panel, the
+    column of an item answered by the median number of models (the most common column there would be an
+    arbitrary one, often among the least answered)."""
+    n = np.asarray(n_trials)
+    patterns, counts = np.unique(n.T, axis=0, return_counts=True)
+    if counts.max() >= MODAL_MIN_SHARE * n.shape[1]:
+        return patterns[int(np.argmax(counts))]
+    answered = (n > 0).sum(0)
+    median = np.sort(answered)[(answered.size - 1) // 2]
+    return n[:, int(np.flatnonzero(answered == median)[0])]
 
 
 def _common_guessing(guess: np.ndarray | None) -> bool:
