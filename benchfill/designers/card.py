@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from benchfill.aio import run_sync
 from benchfill.data import Item
 from benchfill.designers.text import detect_language, term_sets, terms
 from benchfill.errors import InputError, from_validation_error
@@ -523,7 +524,6 @@ def build_card(items_path: str | Path, out_path: str | Path, *, config_path: str
                n_examples: int = 12, cache_path: str | Path | None = None) -> DomainCard:
     """``benchfill designers card``: load the items, label them with the config's ``[card]`` model when there is
     one (calls cached next to the card), extract, validate and save the card."""
-    import asyncio
 
     from benchfill.data import load_items
 
@@ -560,7 +560,7 @@ def build_card(items_path: str | Path, out_path: str | Path, *, config_path: str
                 finally:
                     await client.aclose()
 
-            labels = asyncio.run(run())
+            labels = run_sync(run())
     stem = Path(items_path).name
     for suffix in (".gz", ".jsonl", ".json"):
         stem = stem.removesuffix(suffix)

