@@ -54,6 +54,7 @@ def test_bad_dataframe_is_one_input_error_naming_the_row(examples):
         bf.load_responses(frame)
 
 
+@pytest.mark.slow  # > 5 s: the full suite (CI) runs it, the fast lane does not
 def test_evaluate_and_fill_work_inside_a_running_event_loop(examples, tmp_path):
     """Jupyter runs cells inside an event loop, where asyncio.run fails: the sync wrappers still work, and the
     async forms can be awaited."""

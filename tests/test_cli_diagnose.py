@@ -27,6 +27,7 @@ def math500_diagnosis(tmp_path_factory, examples):
     return out, res.output
 
 
+@pytest.mark.slow  # > 5 s: the full suite (CI) runs it, the fast lane does not
 def test_diagnose_writes_the_documented_json(math500_diagnosis):
     out, output = math500_diagnosis
     data = json.loads(out.read_text())
@@ -56,6 +57,7 @@ def test_diagnose_writes_the_documented_json(math500_diagnosis):
     assert "next: DDM flag" in " ".join(output.split())
 
 
+@pytest.mark.slow  # > 5 s: the full suite (CI) runs it, the fast lane does not
 def test_calibrate_from_a_diagnosis(math500_diagnosis, tmp_path):
     out, _ = math500_diagnosis
     keep = tmp_path / "keep.txt"

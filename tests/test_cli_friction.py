@@ -359,6 +359,7 @@ def test_config_typos_are_reported_where_written_with_a_suggestion(tmp_path, tex
 
 # ---- a second diagnose of the same file --------------------------------------------------------------------------
 
+@pytest.mark.slow  # > 5 s: the full suite (CI) runs it, the fast lane does not
 def test_second_diagnose_refuses_without_force(small, tmp_path):
     first = cli("diagnose", small, cwd=tmp_path)
     assert first.returncode == 0, first.stderr

@@ -146,6 +146,7 @@ def test_config_rules(examples, tmp_path):
     assert sim.simulated
 
 
+@pytest.mark.slow  # > 5 s: the full suite (CI) runs it, the fast lane does not
 def test_failed_calls_are_not_the_designers_fault_and_are_retried(tiny, tmp_path):
     """A designer whose server is down (connection refused, no retries): its slots are 'failed', outside its
     suite; the generate stage stays open so a rerun retries; if every designer call fails the run stops."""

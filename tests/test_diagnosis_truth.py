@@ -84,6 +84,7 @@ def test_the_same_hole_on_a_binary_12_model_design_is_reported_as_unresolvable()
     assert not dg.flags["top5_sum"]
 
 
+@pytest.mark.slow  # > 5 s: the full suite (CI) runs it, the fast lane does not
 def test_guessing_designs_get_a_null_too():
     resp = simulate_responses(THETA12, np.linspace(-2, 2, 300), 1, guessing=0.25, seed=8)
     dg, _ = diagnose(resp, IRTSpec(guessing=np.full(300, 0.25)), FAST)

@@ -102,6 +102,7 @@ def test_adaptive_uses_fewer_calls_per_round_than_full_and_more_rollouts_place_i
     assert m["sd"]["rollouts x2"] < m["sd"]["full"]  # placed more precisely
 
 
+@pytest.mark.slow  # > 5 s: the full suite (CI) runs it, the fast lane does not
 def test_the_adaptive_posterior_covers_planted_difficulties_and_never_repeats_a_call():
     """b drawn from the prior: 90 % intervals of the exact posterior after the adaptive schedule cover the planted b
     at the nominal rate; no (child, model, rollout) is asked twice; no child gets more than the full panel's answers;

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from benchfill.cli import app
@@ -42,6 +43,7 @@ def fill(items, resp, cfg, out, *extra):
                                     str(out), "--sampler", "fast", "--gaps", "1", *extra], catch_exceptions=False)
 
 
+@pytest.mark.slow  # > 5 s: the full suite (CI) runs it, the fast lane does not
 def test_a_gap_the_labelling_panel_cannot_resolve_is_refused_unless_asked(tmp_path):
     items, resp = binary_benchmark(tmp_path)
     once = tmp_path / "once.toml"

@@ -87,6 +87,7 @@ def plain_world():
     return resp, bf.diagnose(resp, guessing=0.25, **QUICK), bf.diagnose(resp, guessing=0.0, **QUICK)
 
 
+@pytest.mark.slow  # > 5 s: the full suite (CI) runs it, the fast lane does not
 def test_counts_from_a_guessing_1pl_favour_guessing(guessing_world):
     resp, dg = guessing_world
     cmp = dg.guessing_comparison
@@ -102,6 +103,7 @@ def test_counts_from_a_guessing_1pl_favour_guessing(guessing_world):
     assert bf.Diagnosis.model_validate_json(dg.to_json()).guessing_comparison == cmp  # in the JSON contract
 
 
+@pytest.mark.slow  # > 5 s: the full suite (CI) runs it, the fast lane does not
 def test_counts_from_a_plain_1pl_favour_no_guessing(plain_world):
     resp, dg, dg0 = plain_world
     cmp = dg.guessing_comparison

@@ -99,6 +99,7 @@ def small(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.slow  # > 5 s: the full suite (CI) runs it, the fast lane does not
 def test_core_commands_run_without_the_extras(small):
     fit = ["--models", "6", "--chains", "2", "--tune", "50", "--draws", "100"]
     fixtures = REPO / "tests" / "fixtures" / "importers"

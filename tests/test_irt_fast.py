@@ -243,6 +243,7 @@ def test_imh_is_exact_under_an_imperfect_proposal():
     np.testing.assert_allclose(np.cov(flat.T), cov, atol=0.06 * sd.max() ** 2)
 
 
+@pytest.mark.slow  # > 5 s: the full suite (CI) runs it, the fast lane does not
 def test_poor_proposal_fit_is_detected_and_nuts_takes_over(monkeypatch):
     """A banana-shaped target defeats a single t proposal, and its importance efficiency says so. In the sampler,
     an efficiency below MIN_KISH switches the abilities to NUTS (forced here on well-behaved data)."""
