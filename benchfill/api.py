@@ -91,23 +91,15 @@ def import_logs(fmt: str, paths: str | Path | Sequence[str | Path], *, out: str 
     correct (default: scores must be 0/1). With ``out`` the long response file (plus a ``task`` column) is
     written, with ``items_out`` the item texts the logs carry (JSONL). Returns the :class:`ImportResult`; its
     ``responses`` go straight to :func:`diagnose` or :func:`suite` (``by="task"``)."""
-    import io
-
     from benchfill.data import write_items
-    from benchfill.importers import Options, resolve_format
+    from benchfill.importers import Options, resolve_format, write_responses
     from benchfill.importers import import_logs as _read
-    from benchfill.io import atomic_write_text
 
     name = resolve_format(fmt)
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     logs = _read(name, paths, Options(metric=metric, filter=filter, threshold=threshold))
     matrix = logs.matrix(", ".join(map(str, paths)), min_models=1)
-    frame = matrix.to_long()
-    frame["task"] = frame["item_id"].map(logs.tasks)
-    if out is not None:
-        buf = io.StringIO()
-        frame.to_csv(buf, index=False)
-        atomic_write_text(Path(out), buf.getvalue())
+    rows = write_responses(out, matrix, logs.tasks) if out is not None else int((matrix.n_trials > 0).sum())
     items = logs.item_list()
     if items_out is not None and items:
         write_items(items_out, items)
@@ -117,7 +109,7 @@ def import_logs(fmt: str, paths: str | Path | Sequence[str | Path], *, out: str 
     return ImportResult(format=name, files=list(logs.files), models=list(matrix.models), n_items=matrix.shape[1],
                         n_trials=int(matrix.n_trials.sum()), tasks=tasks, chosen=dict(logs.chosen),
                         skipped=dict(logs.skipped), notes=list(logs.notes), summary=logs.summary_lines(),
-                        out=None if out is None else str(out), rows=len(frame),
+                        out=None if out is None else str(out), rows=rows,
                         items_out=None if items_out is None or not items else str(items_out),
                         n_item_texts=len(items), responses=matrix, items=items)
 
@@ -129,6 +121,58 @@ def require_sampler(sampler: str, robustness: bool = False) -> None:
         require_extra(SAMPLER_EXTRA[sampler], f"--sampler {sampler}")
     if robustness:
         require_extra(SAMPLER_EXTRA["map"], "--robustness")
+
+
+def check_fit_options(sampler: str = "", *, chains: int | None = None, tune: int | None = None,
+                      draws: int | None = None, guessing: float | None = None, choices: int | None = None,
+                      top_gaps: int | None = None, robustness: bool = False) -> None:
+    """The IRT fit's options, checked before any data is read or any fit starts (:func:`diagnose`, :func:`suite`,
+    :func:`place` and :func:`fill_run` call it; so does the CLI, for the same one-line messages). Raises
+    :class:`~benchfill.errors.InputError` naming the option as the CLI spells it (``--chains: 0: must be at least
+    1``), or :class:`~benchfill.errors.MissingExtra` for a sampler whose extra is not installed. ``sampler`` ``""``
+    is the default (``fast``); an option left None is not checked. The rules: a known sampler; ``chains``,
+    ``draws``, ``top_gaps`` at least 1 and ``tune`` at least 0 (whole numbers); ``guessing`` in [0, 1);
+    ``choices`` at least 2; not both ``guessing`` and ``choices``."""
+    from benchfill.irt.fit import SAMPLERS, available_samplers
+
+    if not isinstance(sampler, str):
+        raise InputError("--sampler", f"{sampler!r}: a sampler is named by a string")
+    require_sampler(sampler, robustness)
+    known = available_samplers()
+    if sampler and sampler not in known:
+        if sampler.lower() in ("nuts", "hmc", "mcmc"):
+            hint = " (NUTS is pymc, nutpie or numpyro)"
+        else:
+            hint = did_you_mean(sampler, known)
+        missing = " (not installed here)" if sampler in SAMPLERS else ""
+        raise InputError("--sampler", f"{sampler!r}{missing}: choose from {', '.join(known)}{hint}")
+    for name, value, least in (("--chains", chains, 1), ("--draws", draws, 1), ("--tune", tune, 0),
+                               ("--top-gaps", top_gaps, 1)):
+        if value is not None and _whole(name, value) < least:
+            raise InputError(name, f"{value}: must be at least {least}")
+    if guessing is not None:
+        try:
+            rate = float(guessing)
+        except (TypeError, ValueError):
+            raise InputError("--guessing", f"{guessing!r}: a guessing rate is a number in [0, 1)") from None
+        if not 0.0 <= rate < 1.0:
+            raise InputError("--guessing", f"{rate:g}: a guessing rate must lie in [0, 1)")
+    if choices is not None and _whole("--choices", choices) < 2:
+        raise InputError("--choices", f"{choices}: multiple choice needs at least 2 options")
+    if guessing is not None and choices is not None:
+        raise InputError("--guessing/--choices", "give one of them, not both")
+
+
+def _whole(name: str, value: Any) -> int:
+    """``value`` as a whole number (an int, numpy's too; not a float or a bool), else the option's InputError."""
+    import operator
+
+    try:
+        if not isinstance(value, bool):
+            return operator.index(value)
+    except TypeError:
+        pass
+    raise InputError(name, f"{value!r}: must be a whole number")
 
 
 def diagnose(responses: ResponseMatrix | Any, *, items: str | Path | Sequence[Item] | None = None,
@@ -146,11 +190,14 @@ def diagnose(responses: ResponseMatrix | Any, *, items: str | Path | Sequence[It
     verdicts are known. With a guessing rate (``guessing``, ``choices`` or the items' own) and
     ``compare_guessing`` the 1PL is fitted once more without it (c = 0, one more fast fit) and ``guessing_comparison``
     says which of the two the counts favour, by leave-one-item-out elpd, with the verdicts under c = 0. Returns the
-    :class:`Diagnosis`; its ``save(folder)`` writes the JSON, the picture and the scale."""
+    :class:`Diagnosis`; its ``save(folder)`` writes the JSON, the picture and the scale. A bad sampler setting is an
+    :class:`~benchfill.errors.InputError` before anything is read (:func:`check_fit_options`)."""
     from benchfill.diagnostics.report import diagnose as _diagnose
     from benchfill.irt.model import IRTSpec, SamplerSettings
 
-    require_sampler(sampler, robustness)
+    check_fit_options(sampler, chains=chains, tune=tune, draws=draws, guessing=guessing, choices=choices,
+                      top_gaps=top_gaps, robustness=robustness)
+    sampler = sampler or DEFAULT_SAMPLER
     item_list = None
     if items is not None:
         from benchfill.data import load_items
@@ -257,7 +304,7 @@ def suite(responses: ResponseMatrix | Any, *, by: str = "benchmark", items_table
     ``compare_guessing`` is False (half the fits)."""
     from benchfill.data import item_groups
 
-    require_sampler(sampler)
+    check_fit_options(sampler, chains=chains, tune=tune, draws=draws, choices=choices)
     resp = responses if isinstance(responses, ResponseMatrix) else load_responses(responses)
     rows = []
     for name, ids in item_groups(resp, by, items_table).items():
@@ -290,14 +337,12 @@ def place(scale: Any, responses: ResponseMatrix | Any, *, guessing: float | None
     ``benchfill place``, under the scale's own difficulty population (the one its benchmark was measured with).
     ``responses``: the new items' counts, keyed by the scale's model names. ``guessing``: the new items' lower
     asymptote (default: the scale's)."""
-    from benchfill.errors import InputError
     from benchfill.irt.placement import place_responses
     from benchfill.irt.scale import Scale
 
+    check_fit_options(guessing=guessing)
     sc = scale if isinstance(scale, Scale) else Scale.load(scale)
     where = sc.source if isinstance(scale, Scale) else str(scale)
-    if guessing is not None and not 0.0 <= guessing < 1.0:
-        raise InputError(where or "<scale>", f"--guessing {guessing}: must lie in [0, 1)")
     resp = responses if isinstance(responses, ResponseMatrix) else load_responses(responses)
     placed = place_responses(sc, resp, guessing)
     return Placements(scale=where, population=sc.population.label(),
@@ -591,7 +636,7 @@ def fill_run(items: str | Path, responses: str | Path, config: str | Path, out: 
     """The fill run of :func:`fill`, set up (benchmark diagnosed, models configured) but not started: for a caller
     that shows ``run.model_selection`` or ``run.simulated`` before ``run.run()`` (the CLI); close it after."""
     require_extra("llm", "benchfill fill")
-    require_sampler(sampler)
+    check_fit_options(sampler)
     from benchfill.graphs.run import FillOptions, FillRun
 
     opts = FillOptions(items=Path(items), responses=Path(responses), config=Path(config), out=Path(out),

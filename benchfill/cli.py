@@ -25,7 +25,7 @@ from benchfill.cli_support import (
     result_console,
     write_json_result,
 )
-from benchfill.errors import InputError, did_you_mean
+from benchfill.errors import InputError
 
 # help as wide as the terminal up to 120 columns (click's default of 80 cut each command's summary at ~60)
 HELP_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 120}
@@ -72,29 +72,12 @@ def _panel(responses_path: Path, items_path: Path | None, models: int | None, mo
 
 def _check_fit_options(sampler: str, chains: int = 1, tune: int = 0, draws: int = 1, guessing: float | None = None,
                        choices: int | None = None, top_gaps: int | None = None, robustness: bool = False) -> None:
-    """The IRT options, checked before any data is read: one line and exit 2 instead of a traceback."""
-    from benchfill.api import require_sampler
-    from benchfill.irt.fit import SAMPLERS, available_samplers
+    """The IRT options, checked before any data is read: one line and exit 2 instead of a traceback
+    (:func:`benchfill.api.check_fit_options`, the library's own check)."""
+    from benchfill.api import check_fit_options
 
-    require_sampler(sampler, robustness)
-    known = available_samplers()
-    if sampler and sampler not in known:
-        if sampler.lower() in ("nuts", "hmc", "mcmc"):
-            hint = " (NUTS is pymc, nutpie or numpyro)"
-        else:
-            hint = did_you_mean(sampler, known)
-        missing = " (not installed here)" if sampler in SAMPLERS else ""
-        raise InputError("--sampler", f"{sampler!r}{missing}: choose from {', '.join(known)}{hint}")
-    for name, value, least in (("--chains", chains, 1), ("--draws", draws, 1), ("--tune", tune, 0),
-                               ("--top-gaps", top_gaps, 1)):
-        if value is not None and value < least:
-            raise InputError(name, f"{value}: must be at least {least}")
-    if guessing is not None and not 0.0 <= guessing < 1.0:
-        raise InputError("--guessing", f"{guessing:g}: a guessing rate must lie in [0, 1)")
-    if choices is not None and choices < 2:
-        raise InputError("--choices", f"{choices}: multiple choice needs at least 2 options")
-    if guessing is not None and choices is not None:
-        raise InputError("--guessing/--choices", "give one of them, not both")
+    check_fit_options(sampler, chains=chains, tune=tune, draws=draws, guessing=guessing, choices=choices,
+                      top_gaps=top_gaps, robustness=robustness)
 
 
 def _selection_note(resp, out=None) -> None:
@@ -577,10 +560,26 @@ def import_(
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the import summary as JSON (- = stdout)"),
 ) -> None:
     """Import eval logs of another harness into a response file (and items) the other commands read."""
-    from benchfill import api
+    import contextlib
 
-    res = api.import_logs(fmt, paths, out=out, items_out=items_out, metric=metric, filter=filter_,
-                          threshold=threshold)
+    from benchfill import api
+    from benchfill.progress import on_step
+
+    with contextlib.ExitStack() as stack:
+        if err_console.is_terminal:  # a bar over the log files (one file at a time); nothing when piped
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            bar = stack.enter_context(Progress(
+                TextColumn("reading logs"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                TextColumn("{task.fields[name]}", markup=False), console=err_console, transient=True))
+            task = bar.add_task("read", total=None, name="")
+
+            def on_file(done: int, total: int, name: str) -> None:
+                bar.update(task, completed=done, total=total, name=name if done < total else "writing")
+
+            stack.enter_context(on_step(on_file))
+        res = api.import_logs(fmt, paths, out=out, items_out=items_out, metric=metric, filter=filter_,
+                              threshold=threshold)
     con = result_console(json_out)
     for line in res.summary:
         con.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -519,18 +519,26 @@ def _wide_to_long(path: Path, names: list[str], columns: list[list[str]]) -> Lon
     return LongRows(model, item_id, correct, ["1"] * len(model), np.array(row, dtype=np.int64))
 
 
+def jsonl_record(path: Path, line: str, k: int) -> dict[str, Any] | None:
+    """Line ``k`` of a JSON-lines file as its object (None for a blank line); a line that is not a JSON object is
+    an InputError naming the file and row."""
+    if not line.strip():
+        return None
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(str(path), f"invalid JSON ({exc.msg})", row=k) from None
+    if not isinstance(rec, dict):
+        raise InputError(str(path), "each line must be a JSON object", row=k)
+    return rec
+
+
 def jsonl_records(path: Path, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line; a line that is not a JSON object is an InputError."""
+    """(line number, object) for each non-blank line of ``text`` (:func:`jsonl_record`)."""
     for k, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(str(path), f"invalid JSON ({exc.msg})", row=k) from None
-        if not isinstance(rec, dict):
-            raise InputError(str(path), "each line must be a JSON object", row=k)
-        yield k, rec
+        rec = jsonl_record(path, line, k)
+        if rec is not None:
+            yield k, rec
 
 
 def _jsonl_rows(path: Path, text: str) -> LongRows:

@@ -17,8 +17,9 @@ import os
 import stat
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Iterator
 
 STDOUT = "-"
 
@@ -55,17 +56,29 @@ def _direct_target(path: Path) -> bool:
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` via a temporary file in the same folder and an atomic rename (mode
-    0666 & ~umask); ``-`` and non-regular targets (devices, pipes) are written directly."""
+    0666 & ~umask); ``-`` and non-regular targets (devices, pipes) are written directly. Returns the path written
+    (a symlink's target)."""
+    with atomic_writer(path) as fh:
+        fh.write(data)
+    path = Path(path)
+    return path if _direct_target(path) or not path.is_symlink() else Path(os.path.realpath(path))
+
+
+@contextmanager
+def atomic_writer(path: str | Path) -> Iterator[IO[bytes]]:
+    """:func:`atomic_write_bytes` for data written piece by piece: a binary file handle whose content replaces
+    ``path`` (a temporary file in the same folder, renamed) when the block ends; on an error nothing is replaced.
+    ``-`` and non-regular targets are written directly, as there."""
     path = Path(path)
     if _direct_target(path):
         if str(path) == STDOUT:
             sys.stdout.flush()
-            sys.stdout.buffer.write(data)
+            yield sys.stdout.buffer
             sys.stdout.buffer.flush()
         else:
             with open(path, "wb") as fh:
-                fh.write(data)
-        return path
+                yield fh
+        return
     if path.is_symlink():
         path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -76,14 +89,13 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     try:
         os.fchmod(fd, file_mode())  # mkstemp creates 0600: every written file gets the one documented mode
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

@@ -4,6 +4,9 @@ Code that blocks for a while (the IRT fit waiting on its worker processes) calls
 second; whoever shows progress registers what a beat does with :func:`on_beat`. The command line's status line is
 redrawn by these beats and by each new stage instead of by a thread of its own, so that no thread is alive when
 the fit forks its workers (a lock held by another thread at fork time stays held forever in the child).
+
+Reads that go step by step (``benchfill import`` over thousands of log files) call :func:`step` instead; the command
+line draws a progress bar from it with :func:`on_step`.
 """
 
 from __future__ import annotations
@@ -32,3 +35,26 @@ def on_beat(fn: Callable[[], None]) -> Iterator[None]:
         yield
     finally:
         _on_beat.reset(token)
+
+
+# ---- steps: how far a long read has come ---------------------------------------------------------------------
+
+_on_step: ContextVar[Callable[[int, int, str], None] | None] = ContextVar("benchfill_on_step", default=None)
+
+
+def step(done: int, total: int, label: str = "") -> None:
+    """Tell whoever shows progress that ``done`` of ``total`` steps are done (``label``: the one under way, e.g. a
+    file's name); a no-op when nobody listens. The importers call it once per log file."""
+    fn = _on_step.get()
+    if fn is not None:
+        fn(done, total, label)
+
+
+@contextmanager
+def on_step(fn: Callable[[int, int, str], None]) -> Iterator[None]:
+    """Within the block, each :func:`step` calls ``fn(done, total, label)``."""
+    token = _on_step.set(fn)
+    try:
+        yield
+    finally:
+        _on_step.reset(token)

@@ -121,49 +121,50 @@ def test_every_recorded_answer_is_graded_never_lost():
 
 def test_recorded_judge_json_in_a_fence_inside_prose_parses():
     from benchfill.graphs.fill import Verdict
-    from benchfill.models.client import parse_json_text
+    from benchfill.models.replies import reply_json
 
     _, text, _ = recorded("judge/161/free")
     assert text.startswith("The answer to") and "```json" in text
-    verdict = Verdict.model_validate(parse_json_text(text))
+    verdict = Verdict.model_validate(reply_json(text))
     assert verdict.well_posed and verdict.answer_correct
 
 
 def test_recorded_prose_without_json_is_rejected_for_a_reask():
-    from benchfill.models.client import parse_json_text
+    from benchfill.models.replies import reply_json
 
     for rid in ("judge/31/free", "judge/348/free", "rewrite/20/free"):
         _, text, _ = recorded(rid)
         with pytest.raises(ValueError, match="not JSON"):
-            parse_json_text(text)
+            reply_json(text)
 
 
 def test_recorded_constrained_judge_replies_all_parse():
     from benchfill.graphs.fill import Verdict
-    from benchfill.models.client import parse_json_text
+    from benchfill.models.replies import reply_json
 
     replies = [text for rid, _, text, _ in all_recorded("judge/") if rid.endswith("/json_object")]
     assert len(replies) == 4
-    assert all(isinstance(Verdict.model_validate(parse_json_text(t)), Verdict) for t in replies)
+    assert all(isinstance(Verdict.model_validate(reply_json(t)), Verdict) for t in replies)
 
 
 def test_recorded_rewriter_placeholder_echoes_are_dropped_and_an_all_placeholder_reply_reasked():
     from pydantic import ValidationError
 
     from benchfill.graphs.fill import Children, children_schema
-    from benchfill.models.client import parse_json_text, rejection_reason
+    from benchfill.models.client import rejection_reason
+    from benchfill.models.replies import reply_json
 
     _, text, _ = recorded("rewrite/31/json_object")
-    obj = parse_json_text(text)  # valid JSON: the grammar saw to that
+    obj = reply_json(text)  # valid JSON: the grammar saw to that
     assert [c["question"] for c in obj["children"]] == ["<the new item>"]
     with pytest.raises(ValidationError) as err:
         Children.model_validate(obj)
     assert "copies the template's placeholders" in rejection_reason(err.value)
     _, text, _ = recorded("rewrite/348/json_object")  # one echo, one child of its own: the child is kept
-    kept = children_schema(2).model_validate(parse_json_text(text)).children
+    kept = children_schema(2).model_validate(reply_json(text)).children
     assert [c.question for c in kept] == ["how to make a custom list of items on the scaffold"]
     _, text, _ = recorded("rewrite/20/json_object")  # junk, but items: the judge's business, not the parser's
-    assert Children.model_validate(parse_json_text(text)).children[0].question == "1.2"
+    assert Children.model_validate(reply_json(text)).children[0].question == "1.2"
 
 
 # ---- the server's life ---------------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ import pytest
 from openai_stub import StubServer, start_stub
 
 from benchfill.models.cache import CallCache
-from benchfill.models.client import ModelClient, SyncModelClient, parse_json_text
+from benchfill.models.client import ModelClient, SyncModelClient
 from benchfill.models.config import ModelConfig
+from benchfill.models.replies import reply_json
 
 SECRET = "sk-test-SECRET-4f2a9c"
 MSG = [{"role": "user", "content": "What is 1 + 1?"}]
@@ -257,12 +258,12 @@ def test_router_spreads_calls_over_servers(tmp_path):
         b.stop()
 
 
-def test_parse_json_text_variants():
-    assert parse_json_text('{"a": 1}') == {"a": 1}
-    assert parse_json_text('Sure!\n```json\n{"a": 2}\n```') == {"a": 2}
-    assert parse_json_text('<think>{"draft": 0}</think> verdict: {"a": 3} done') == {"a": 3}
+def test_reply_json_variants():  # the full table: tests/test_json_reply.py
+    assert reply_json('{"a": 1}') == {"a": 1}
+    assert reply_json('Sure!\n```json\n{"a": 2}\n```') == {"a": 2}
+    assert reply_json('<think>{"draft": 0}</think> verdict: {"a": 3} done') == {"a": 3}
     with pytest.raises(ValueError):
-        parse_json_text("no json here")
+        reply_json("no json here")
 
 
 def test_cache_rows_and_log(stub, tmp_path):

@@ -10,7 +10,9 @@ One module per format, each with ``NAME`` and ``read(paths, Options) -> Imported
 | ``opencompass`` | OpenCompass ``results/<model>/<dataset>.json`` with ``details`` |
 | ``openllm`` | Open LLM Leaderboard details: lm-eval sample files or Parquet |
 
-:func:`detect` names the format of a file or folder when it is unambiguous; :func:`import_logs` reads it.
+:func:`detect` names the format of a file or folder when it is unambiguous; :func:`import_logs` reads it, one file
+at a time (a progress step per file, :func:`benchfill.progress.step`), keeping only the counts;
+:func:`write_responses` writes them as a long response file.
 :func:`load_responses` is the one reader of response data every command uses: benchfill's own files
 (:func:`benchfill.data.read_responses`) or any of these logs.
 """
@@ -24,14 +26,14 @@ from typing import Sequence
 from benchfill.data import Item, ResponseMatrix, align_to_items, keep_models, load_items, read_responses
 from benchfill.errors import InputError, did_you_mean
 from benchfill.importers import helm, inspect_log, lm_eval, opencompass, openllm
-from benchfill.importers.base import ImportedLogs, Options
+from benchfill.importers.base import ImportedLogs, Options, write_responses
 
 FORMATS: dict[str, ModuleType] = {m.NAME: m for m in (lm_eval, inspect_log, helm, opencompass, openllm)}
 ALIASES = {"lmeval": "lm-eval", "lm_eval": "lm-eval", "lm-evaluation-harness": "lm-eval", "inspect_ai": "inspect",
            "inspect-ai": "inspect", "open-llm-leaderboard": "openllm", "open_llm_leaderboard": "openllm"}
 
 __all__ = ["FORMATS", "ImportedLogs", "Options", "detect", "import_logs", "load_panel", "load_responses",
-           "resolve_format"]
+           "resolve_format", "write_responses"]
 
 
 def resolve_format(name: str) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchfill.errors import InputError
-from benchfill.importers.base import ImportedLogs, Options, as_binary, expand, read_json
+from benchfill.importers.base import ImportedLogs, Options, as_binary, each_file, expand, read_json
 
 NAME = "helm"
 MAIN_METRICS = ("exact_match", "quasi_exact_match", "final_number_exact_match", "math_equiv_chain_of_thought",
@@ -43,7 +43,7 @@ def read(paths: list[str | Path], opts: Options) -> ImportedLogs:
                                                       "per_instance_stats.json) found")
     res = ImportedLogs(NAME, files=[str(s.parent) for s in specs])
     metrics_used: set[str] = set()
-    for spec_path in specs:
+    for spec_path in each_file(specs):
         run = spec_path.parent
         spec = read_json(spec_path)
         if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
@@ -59,7 +59,7 @@ def read(paths: list[str | Path], opts: Options) -> ImportedLogs:
             raise InputError(str(stats_path), "expected a list of per-instance stats")
         metric = opts.metric or _main_metric(entries, stats_path)
         metrics_used.add(metric)
-        texts = _instances(run / "instances.json")
+        texts = _instances(run / "instances.json") if opts.texts else {}
         seen: set[tuple[str, int]] = set()
         for k, e in enumerate(entries, start=1):
             if not isinstance(e, dict) or "instance_id" not in e:

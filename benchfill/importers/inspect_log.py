@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from benchfill.errors import InputError
-from benchfill.importers.base import ImportedLogs, Options, as_binary, expand, read_json
+from benchfill.importers.base import ImportedLogs, Options, as_binary, each_file, expand, read_json
 
 NAME = "inspect"
 _LETTERS = {"C": 1.0, "I": 0.0, "N": 0.0, "P": 0.5}
@@ -156,7 +156,7 @@ def read(paths: list[str | Path], opts: Options) -> ImportedLogs:
     res = ImportedLogs(NAME, files=[str(f) for f in files])
     seen_evals: dict[str, str] = {}
     scorer_names: set[str] = set()
-    for f in files:
+    for f in each_file(files):
         header, samples = _read_eval(f) if f.name.lower().endswith(".eval") else _read_json_log(f)
         ev = header.get("eval")
         if not isinstance(ev, dict):
@@ -210,7 +210,8 @@ def read(paths: list[str | Path], opts: Options) -> ImportedLogs:
                                         "a number or a boolean", row=k)
             hit = as_binary(num, opts, where, k, f"score of {scorer} (value {value!r})")
             item_id = res.add(model, task, sid, hit, where, k)
-            res.add_item(item_id, _text(s.get("input")), s.get("target"), s.get("choices"))
+            if opts.texts and item_id not in res.items:
+                res.add_item(item_id, _text(s.get("input")), s.get("target"), s.get("choices"))
     res.chosen["scorer"] = ", ".join(sorted(scorer_names))
     return res
 

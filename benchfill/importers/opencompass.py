@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchfill.errors import InputError
-from benchfill.importers.base import ImportedLogs, Options, as_binary, expand, read_json
+from benchfill.importers.base import ImportedLogs, Options, as_binary, each_file, expand, read_json
 
 NAME = "opencompass"
 _CORRECT_KEYS = ("correct", "is_correct", "cascade_correct")
@@ -30,7 +30,7 @@ def read(paths: list[str | Path], opts: Options) -> ImportedLogs:
         raise InputError(", ".join(map(str, paths)), "no OpenCompass results with 'details' found "
                                                       "(results/<model>/<dataset>.json)")
     res = ImportedLogs(NAME, files=[str(f) for f in files])
-    for f in files:
+    for f in each_file(files):
         data = read_json(f)
         if not isinstance(data, dict) or "details" not in data:
             raise InputError(str(f), "no 'details' in this results file (the evaluator did not keep them)")
@@ -61,9 +61,10 @@ def read(paths: list[str | Path], opts: Options) -> ImportedLogs:
                 raise InputError(str(f), f"details entry {key}: empty '{field}' list", row=k)
             hits = sum(as_binary(_num(v), opts, str(f), k, f"{field} of example {sid}") for v in values)
             item_id = res.add(model, task, sid, hits, str(f), k, trials=len(values))
-            question = _first(d.get("origin_prompt") or d.get("prompt") or d.get("question"))
-            answer = _first(d.get("answer") if d.get("answer") is not None else d.get("gold", d.get("references")))
-            res.add_item(item_id, question if isinstance(question, str) else None, answer)
+            if opts.texts and item_id not in res.items:
+                question = _first(d.get("origin_prompt") or d.get("prompt") or d.get("question"))
+                answer = _first(d.get("answer") if d.get("answer") is not None else d.get("gold", d.get("references")))
+                res.add_item(item_id, question if isinstance(question, str) else None, answer)
     res.chosen["field"] = "correct"
     return res
 

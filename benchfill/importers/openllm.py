@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 from benchfill.errors import InputError, MissingExtra
 from benchfill.importers import lm_eval
-from benchfill.importers.base import ImportedLogs, Options, expand
+from benchfill.importers.base import ImportedLogs, Options, each_file, expand, jsonl_rows
 
 NAME = "openllm"
 
@@ -25,23 +25,27 @@ def is_details_file(path: Path) -> bool:
     return lm_eval.is_samples_file(path) or path.name.endswith(".parquet")
 
 
-def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    import pandas as pd
-
+def _parquet_rows(path: Path, batch: int = 2048) -> Iterator[tuple[int, dict[str, Any]]]:
+    """A Parquet file's rows as sample lines, ``batch`` rows at a time (pyarrow reads the file by batches)."""
     try:
-        frame = pd.read_parquet(path)
-    except ImportError:  # pandas reads Parquet only through pyarrow (or fastparquet)
+        import pyarrow.parquet as pq
+    except ImportError:
         raise MissingExtra(str(path), "parquet", "pyarrow") from None
+    try:
+        batches = pq.ParquetFile(path).iter_batches(batch_size=batch)
+        k = 0
+        for chunk in batches:
+            for rec in chunk.to_pylist():
+                k += 1
+                rec = {key: _plain(v) for key, v in rec.items()}
+                if "doc_id" not in rec and isinstance(rec.get("metrics"), dict):  # lighteval (v1) details
+                    metrics = rec.pop("metrics")
+                    rec.update({"doc_id": k - 1, "metrics": list(metrics), **metrics})
+                elif isinstance(rec.get("metrics"), (list, tuple)):
+                    rec["metrics"] = list(rec["metrics"])
+                yield k + 1, rec  # row 1 is the header in our messages, as for CSV
     except Exception as exc:  # pyarrow raises many types for a bad file
         raise InputError(str(path), f"not a readable Parquet file ({str(exc).splitlines()[0]})") from None
-    for k, rec in enumerate(frame.to_dict(orient="records"), start=1):
-        rec = {key: _plain(v) for key, v in rec.items()}
-        if "doc_id" not in rec and isinstance(rec.get("metrics"), dict):  # lighteval (v1) details
-            metrics = rec.pop("metrics")
-            rec.update({"doc_id": k - 1, "metrics": list(metrics), **metrics})
-        elif isinstance(rec.get("metrics"), (list, tuple)):
-            rec["metrics"] = list(rec["metrics"])
-        yield k + 1, rec  # row 1 is the header in our messages, as for CSV
 
 
 def _plain(v: Any) -> Any:
@@ -63,8 +67,10 @@ def read(paths: list[str | Path], opts: Options) -> ImportedLogs:
         raise InputError(", ".join(map(str, paths)), "no Open LLM Leaderboard details (samples_*.jsonl or .parquet) "
                                                       "found")
     res = ImportedLogs(NAME, files=[str(f) for f in files])
-    for f in files:
-        rows = _parquet_rows(f) if f.name.endswith(".parquet") else lm_eval.rows_jsonl(f)
-        lm_eval.read_rows(res, f, rows, lm_eval.model_of(f, res), lm_eval.task_of(f), opts)
+    names = lm_eval.ModelNames()
+    for f in each_file(files):
+        rows = _parquet_rows(f) if f.name.endswith(".parquet") else jsonl_rows(f)
+        lm_eval.read_rows(res, f, rows, names(f), lm_eval.task_of(f), opts)
+    names.add_notes(res)
     lm_eval.check_used(res, opts, paths)
     return res

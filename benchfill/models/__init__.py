@@ -6,6 +6,7 @@ Import the submodules directly; this package imports nothing heavy (litellm, vll
 - :mod:`benchfill.models.client`: ``ModelClient``, ``SyncModelClient``, ``CallResult``
 - :mod:`benchfill.models.cache`: ``CallCache``, ``call_key``
 - :mod:`benchfill.models.grading`: ``grade``, ``Grader``, ``GradeResult``
+- :mod:`benchfill.models.replies`: ``reply_json`` (the JSON value in a reply), ``final_text`` (reasoning removed)
 - :mod:`benchfill.models.prompts`: ``PromptLibrary``, ``render``, ``answer_messages``, ``rewrite_messages``...
 - :mod:`benchfill.models.sim`: ``SimWorld``
 - :mod:`benchfill.models.evaluate`: ``evaluate``, ``run_evaluation``

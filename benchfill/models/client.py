@@ -24,7 +24,6 @@ methods: :meth:`~ModelClient.complete`, :meth:`~ModelClient.complete_json` and
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import re
@@ -39,6 +38,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from benchfill.errors import InputError
 from benchfill.models.cache import CallCache, call_key, scrub, secret_values
 from benchfill.models.config import ModelConfig, import_litellm, litellm_loaded
+from benchfill.models.replies import reply_json
 
 if TYPE_CHECKING:  # pragma: no cover
     from benchfill.data import Item
@@ -215,26 +215,24 @@ def _describe(exc: BaseException, secrets: Sequence[str]) -> str:
 # ----------------------------------------------------------------------------------------------- JSON
 
 
-def parse_json_text(text: str) -> Any:
-    """The JSON value in a model reply: the whole reply, a fenced ```json block, or the outermost {...} / [...]."""
-    from benchfill.models.grading import final_text
+def _reply_value(text: str | None, validator: Any) -> Any:
+    """The JSON value of a reply that ``validator`` takes (the last such, as :func:`reply_json` orders them: a
+    draft then a final object, or an object followed by a citation like ``[1]``, give the object the validator
+    wants); where none does, the value it would read without one, so the validator's own error is the re-ask's."""
+    if validator is None:
+        return reply_json(text)
 
-    body, _ = final_text(text)
-    body = (body or "").strip()
-    candidates = [body]
-    fence = re.findall(r"```(?:json)?\s*\n?(.*?)```", body, flags=re.DOTALL)
-    candidates += fence[::-1]
-    for open_, close in (("{", "}"), ("[", "]")):
-        i, j = body.find(open_), body.rfind(close)
-        if 0 <= i < j:
-            candidates.append(body[i: j + 1])
-    last: Exception | None = None
-    for cand in candidates:
+    def takes(value: Any) -> bool:
         try:
-            return json.loads(cand)
-        except json.JSONDecodeError as exc:
-            last = exc
-    raise ValueError(f"reply is not JSON ({last.msg if isinstance(last, json.JSONDecodeError) else 'empty'})")
+            _validate(value, validator)
+        except Exception:
+            return False
+        return True
+
+    try:
+        return reply_json(text, accept=takes)
+    except ValueError:
+        return reply_json(text)
 
 
 def _validate(obj: Any, validator: Any) -> Any:
@@ -629,7 +627,7 @@ class ModelClient:
             if not result.ok:
                 return result
             try:
-                return replace(result, parsed=_validate(parse_json_text(result.text or ""), validator))
+                return replace(result, parsed=_validate(_reply_value(result.text, validator), validator))
             except Exception as exc:  # ValueError, pydantic.ValidationError, a validator's own error
                 reason = scrub(rejection_reason(exc), self._spec(cfg).secrets) or "invalid"
                 reason = reason[:300]

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from benchfill.data import Item, keyed_letters, letters_in
+from benchfill.models.replies import fenced_blocks, final_text, reply_json
 
 if TYPE_CHECKING:  # pragma: no cover
     from benchfill.models.client import ModelClient
@@ -102,24 +103,6 @@ def is_form_failure(result: GradeResult) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------- response text
-
-
-def final_text(response: str | None) -> tuple[str | None, str | None]:
-    """The part of a response that holds the answer: reasoning (``<think>...</think>``, a gpt-oss analysis channel)
-    removed. Returns (text, reason-it-is-ungradable)."""
-    if response is None:
-        return None, "no response"
-    text = response
-    if "</think>" in text:
-        text = text.rsplit("</think>", 1)[1]
-    elif "<think>" in text:
-        return None, "unfinished reasoning (<think> without </think>)"
-    if "<|channel|>final<|message|>" in text:
-        text = text.rsplit("<|channel|>final<|message|>", 1)[1]
-    text = text.replace("<|end|>", "").replace("<|return|>", "").strip()
-    if not text:
-        return None, "empty response"
-    return text, None
 
 
 def last_boxed(text: str) -> str | None:
@@ -552,61 +535,35 @@ def _grade_short(item: Item, response: str | None) -> GradeResult:
 # (the reason says how many did). Unordered sets of options are multi-answer multiple choice (set match), not this.
 
 
-def _json_spans(text: str) -> list[str]:
-    """Balanced ``[...]`` / ``{...}`` spans of ``text`` (outermost only, in order; strings respected)."""
-    spans, depth, start, in_str, esc = [], 0, -1, False, False
-    for pos, ch in enumerate(text):
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-            continue
-        if ch == '"' and depth > 0:
-            in_str = True
-        elif ch in "[{":
-            if depth == 0:
-                start = pos
-            depth += 1
-        elif ch in "]}" and depth > 0:
-            depth -= 1
-            if depth == 0:
-                spans.append(text[start: pos + 1])
-    return spans
-
-
 def parse_structured(text: str | None) -> list[Any] | dict[str, Any] | None:
-    """A structured answer from text: JSON (an array or an object; also inside a ```json fence or after
-    "Answer:"), else a one-line list written "a, b, c" / "a; b; c" / "a -> b -> c" after "Answer:". None when there
+    """A structured answer from text: JSON (a non-empty array or object, read by
+    :func:`benchfill.models.replies.reply_json`) in the last ```json fence, else after "Answer:", else anywhere in
+    the text; else a one-line list written "a, b, c" / "a; b; c" / "a -> b -> c" after "Answer:". None when there
     is no such answer (or the array / object is empty)."""
-    import json
-
     if text is None:
         return None
-
-    def from_json(cand: str) -> list[Any] | dict[str, Any] | None:
-        for span in [cand] + _json_spans(cand)[::-1]:
-            try:
-                value = json.loads(span)
-            except (json.JSONDecodeError, ValueError):
-                continue
-            if isinstance(value, (list, dict)) and value:
-                return value
-        return None
-
-    fences = re.findall(r"```(?:json)?\s*(.*?)```", text, flags=re.DOTALL)
-    if fences and (value := from_json(fences[-1].strip())) is not None:
+    blocks = fenced_blocks(text)
+    if blocks and (value := _structured_json(blocks[-1])) is not None:
         return value
     phrase = answer_phrase(text)
     if phrase is not None:
-        if (value := from_json(phrase)) is not None:
+        if (value := _structured_json(phrase)) is not None:
             return value
         parts = [p.strip() for p in re.split(r"\s*(?:->|→|;|,)\s*", phrase) if p.strip()]
         if len(parts) >= 2:
             return parts
-    return from_json(text.strip())
+    return _structured_json(text)
+
+
+def _structured_json(text: str) -> list[Any] | dict[str, Any] | None:
+    try:
+        return reply_json(text, accept=_nonempty_container)
+    except ValueError:
+        return None
+
+
+def _nonempty_container(value: Any) -> bool:
+    return isinstance(value, (list, dict)) and bool(value)
 
 
 def _field_name(key: Any) -> str:
