@@ -101,3 +101,12 @@ def test_a_sparse_matrix_places_new_items_as_its_typical_item_was_answered():
     assert counts.max() <= 2  # no column is typical: the most common one, used before, was an accident
     full = simulate_responses(np.linspace(-1, 1, 12), rng.normal(0, 1, 50), 4, seed=rng)
     np.testing.assert_array_equal(modal_pattern(full.n_trials), np.full(12, 4))
+
+
+def test_the_binomial_quantile_is_scipys():
+    from scipy import stats
+
+    for q in (0.5, 0.95, 0.995):
+        for n in (1, 15, 300, 80_000, 10**6):
+            for p in (0.001, 0.05, 0.3):
+                assert C.binomial_quantile(q, n, p) == int(stats.binom.ppf(q, n, p)), (q, n, p)

@@ -5,11 +5,11 @@ Each check is a :class:`Check` with a pass/fail, the figure it measured and the 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
-from scipy import stats
 
 from benchfill.data import ResponseMatrix
 from benchfill.irt.model import IRTFit
@@ -145,6 +145,20 @@ def _posterior_draws(fit: IRTFit, n_rep: int, rng: np.random.Generator):
     return draws, theta, b, a, c
 
 
+def binomial_quantile(q: float, n: int, p: float) -> int:
+    """The smallest k with P(Binomial(n, p) <= k) >= q (scipy's ``binom.ppf``, without importing scipy.stats:
+    ~0.7 s of a 2 s command). Summed upward from k = 0 in log space (no underflow at any n)."""
+    if n <= 0 or p <= 0.0:
+        return 0
+    log_pmf, log_ratio, log_q = n * math.log1p(-p), math.log(p) - math.log1p(-p), math.log(q) - 1e-12
+    log_cdf, k = log_pmf, 0
+    while log_cdf < log_q and k < n:
+        log_pmf += math.log((n - k) / (k + 1)) + log_ratio
+        k += 1
+        log_cdf = max(log_cdf, log_pmf) + math.log1p(math.exp(-abs(log_cdf - log_pmf)))
+    return k
+
+
 def check_r3_misfit(responses: ResponseMatrix, fit: IRTFit, seed: int = 0, budget: int = 40_000_000) -> Check:
     """R3: items whose corrected item-rest correlation is <= 0 AND far below what the fitted model predicts.
 
@@ -182,7 +196,7 @@ def check_r3_misfit(responses: ResponseMatrix, fit: IRTFit, seed: int = 0, budge
     bad = defined & (r_obs <= 0) & (score <= -R3_Z)
     n_defined = int(defined.sum())
     allowed = max(int(np.floor(R3_MAX_MISFIT_SHARE * n_defined)),
-                  int(stats.binom.ppf(0.95, n_defined, stats.norm.sf(R3_Z))) if n_defined else 0)
+                  binomial_quantile(0.95, n_defined, 0.5 * math.erfc(R3_Z / math.sqrt(2.0))))
     share = float(bad.sum() / max(n_defined, 1))
     ids = [responses.item_ids[i] for i in np.flatnonzero(bad)]
     return Check(
