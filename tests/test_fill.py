@@ -323,6 +323,7 @@ def stub():
     server.stop()
 
 
+@pytest.mark.slow  # > 5 s: the full suite (CI) runs it, the fast lane does not
 def test_real_client_path_against_a_local_server(tmp_path, bench, stub):
     items, resp = bench
     cfg = stub_config(tmp_path, stub.port)
@@ -523,6 +524,7 @@ def test_a_fill_under_mixed_faults_chooses_what_a_fault_free_run_chooses(tmp_pat
     assert all(c[2] for c in _chosen(tmp_path / "clean"))  # the gaps were filled: the comparison means something
 
 
+@pytest.mark.slow  # > 5 s: the full suite (CI) runs it, the fast lane does not
 def test_an_outage_stops_the_fill_and_the_resume_retries_the_calls(tmp_path, bench, stub):
     stub.responder = role_responder
     items, resp = bench

@@ -126,6 +126,7 @@ def _peak(root: Path, **opts) -> int:
         tracemalloc.stop()
 
 
+@pytest.mark.slow  # > 5 s: the full suite (CI) runs it, the fast lane does not
 def test_import_memory_follows_the_matrix_not_the_rows(tmp_path):
     """Peak traced memory of the import: four times the lines per file (8 filters instead of 2, the same matrix)
     or four times the files (repeated runs of the same tasks) cost next to nothing more, while the file read at once

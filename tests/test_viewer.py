@@ -150,6 +150,7 @@ def _dump_dom(url: str, tmp: Path) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow  # > 5 s: the full suite (CI) runs it, the fast lane does not
 def test_chromium_shows_the_gaps_and_the_chosen_items(known_run, tmp_path):
     dom = _dump_dom((known_run / "report.html").as_uri(), tmp_path)
     assert 'data-ready="true"' in dom
