@@ -177,7 +177,7 @@ def check_r3_misfit(responses: ResponseMatrix, fit: IRTFit, seed: int = 0, budge
     n_rep = int(np.clip(budget // max(1, J * I), 20, R3_REPLICATES))
     draws, theta, b, a, c = _posterior_draws(fit, n_rep, rng)
     z_sum, z_sq, z_n = np.zeros(I), np.zeros(I), np.zeros(I)
-    step = max(1, 4_000_000 // max(1, J * I))  # replicates per block: ~10 float64 temporaries of this
+    step = max(1, 1_000_000 // max(1, J * I))  # replicates per block: ~10 float64 temporaries of this many cells
     for r0 in range(0, n_rep, step):
         s = draws[r0 : r0 + step]
         cs = None if c is None else (c[s] if c.ndim == 2 else c)
