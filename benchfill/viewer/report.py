@@ -297,7 +297,7 @@ function childCard(m, g, c){
     const sec=el('section',{class:'gap',id:`gap-${m}-${g.gap}`,'data-method':m,'data-gap':g.gap});
     sec.append(el('h3',{},`${m} gap ${g.gap}: [${f(g.lo)}, ${f(g.hi)}], target ${f(g.target)}, ${g.status}`));
     sec.append(el('p',{},g.chosen==null?'no child chosen':`chosen ${g.chosen}: d = ${f(g.chosen_d)} ± ${f(g.chosen_d_sd)}, |d - t| = ${f(g.deviation)}, P(inside) = ${f(g.p_inside,2)}, P(|d - t| <= ${f(g.tolerance)}) = ${f(g.p_within,2)}; ${g.stop_reason?'stopped: '+g.stop_reason+'; ':''}${g.note?g.note+'; ':''}`,
-      `${g.rounds_used} round(s); calls ${g.usage.calls}, tokens ${g.usage.tokens}, cost $${f(g.usage.cost,4)}`, g.note?` — ${g.note}`:''));
+      `${g.rounds_used} round(s); calls ${g.usage.calls}, tokens ${g.usage.tokens}, cost $${f(g.usage.cost,4)}`));
     for(const r of g.rounds){
       const det=el('details',{class:'round',open:''},el('summary',{},`round ${r.round} (calls ${r.usage.calls}, cost $${f(r.usage.cost,4)})`));
       for(const p of r.parents){
