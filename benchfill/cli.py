@@ -252,8 +252,9 @@ def calibrate(
     dg = api.load_diagnosis(diagnosis)
     result = api.calibrate(dg, k, target=target)
     con = result_console(json_out)
-    table = Table(title=lit(f"calibration of {dg.source}: {result.n_items} -> {result.k} items, target {target}"),
-                  title_justify="left")
+    # the title as its own line: a table's title wraps to the (narrow) table's width
+    con.print(lit(f"calibration of {dg.source}: {result.n_items} -> {result.k} items, target {target}"))
+    table = Table()
     for col in ("", "before", "after"):
         table.add_column(col, justify="right")
     table.add_row("DDM (own min-max axis)", f"{result.ddm_before:.4f}", f"{result.ddm_after:.4f}")
@@ -457,7 +458,8 @@ def detect(
     with err_console.status(f"randomization test, {permutations:,} permutations ..."):
         res = api.detect(responses_a, responses_b, model_a=model_a, model_b=model_b, items=items,
                          permutations=permutations, seed=seed, alpha=alpha)
-    table = Table(title=lit(f"local progress: {res.model_b} (B) vs {res.model_a} (A)"))
+    title = lit(f"local progress: {res.model_b} (B) vs {res.model_a} (A)")
+    table = Table()
     table.add_column("quantity")
     table.add_column("value", justify="right")
     table.add_row("items (informative)", f"{res.n_items} ({res.n_informative})")
@@ -467,6 +469,7 @@ def detect(
     table.add_row("permutations", f"{res.n_permutations:,} (seed {res.seed})")
     verdict = "[green]yes[/]" if res.significant else "[yellow]no[/]"
     table.add_row(f"B better at alpha={res.alpha:g}", verdict)
+    con.print(title)  # its own line: a table's title wraps to the (narrow) table's width
     con.print(table)
     write_json_result(json_out, res, note=con)
 
@@ -530,9 +533,10 @@ def place(
         err_console.print(lit(f"note: ignored {len(placed.ignored_models)} model(s) not on the scale: "
                               f"{', '.join(placed.ignored_models)}"))
     sign = "-" if placed.b_min >= 0 else "+"
-    table = Table(title=lit(f"{len(placed.items)} item(s) placed on {scale.name} ({placed.n_draws} ability draws; "
-                            f"d = (b {sign} {abs(placed.b_min):.3f}) / {placed.b_max - placed.b_min:.3f}; "
-                            f"prior: the scale's population, {placed.population})"))
+    title = lit(f"{len(placed.items)} item(s) placed on {scale.name} ({placed.n_draws} ability draws; "
+                f"d = (b {sign} {abs(placed.b_min):.3f}) / {placed.b_max - placed.b_min:.3f}; "
+                f"prior: the scale's population, {placed.population})")
+    table = Table()
     for col in ("item", "b", "SD", "d", "d SD"):
         table.add_column(col, justify="left" if col == "item" else "right")
     for rec in placed.items:
@@ -540,6 +544,7 @@ def place(
         d_txt = f"{d:.3f}" if 0.0 <= d <= 1.0 else f"[yellow]{d:.3f}[/] (outside)"
         table.add_row(lit(rec.item_id), f"{rec.b:.3f}", f"{rec.b_sd:.3f}", d_txt, f"{rec.d_sd:.3f}")
     con = result_console(json_out)
+    con.print(title)  # its own line: a table's title wraps to the (narrow) table's width
     con.print(table)
     write_json_result(json_out, placed, note=con)
 
