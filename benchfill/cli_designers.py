@@ -62,7 +62,7 @@ def card_cmd(
 
 
 @designers_app.command("run")
-@friendly_errors
+@friendly_errors(resume_hint="finished stages and answers so far are kept; rerun the same command to continue")
 def run_cmd(
     card: Path = typer.Option(..., "--card", help="domain card (YAML) from `benchfill designers card`"),
     quotas: Path = typer.Option(..., "--quotas", help="quota file (YAML): total, super_categories, formats, "

@@ -250,7 +250,9 @@ def test_a_stopped_designers_run_leaves_nothing_behind_and_resumes(tmp_path, des
     assert not (out / "report.json").exists(), "the report was written before the stop: the moment came too late"
     if signum != signal.SIGKILL:
         assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}[signum], err
-        assert err.strip() == {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)"}[signum], err
+        said = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)"}[signum]
+        assert err.strip() == f"{said}: finished stages and answers so far are kept; rerun the same command to " \
+                              "continue", err
         assert stdout.strip() == "", stdout
         assert not list(out.glob(".*.tmp")), "a temporary file outlived the stop"
     # the rerun (the default compile cache: compiling again is not what is tested) continues to the same result
