@@ -27,6 +27,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from benchfill.irt.fast import pareto_k
+from benchfill.irt.model import binomial_loglik, probability
 from benchfill.irt.prior import Population
 
 LOO_DRAWS = 200  # ability draws behind each item's predictive density (evenly thinned from the fit's)
@@ -158,9 +159,7 @@ def loglik_at(theta: np.ndarray, b: np.ndarray, c: np.ndarray, n_correct: np.nda
     binomial coefficients included; nats."""
     n = np.asarray(n_trials, dtype=np.int64)
     y = np.where(n > 0, np.asarray(n_correct, dtype=np.int64), 0)
-    p = c[None, :] + (1.0 - c[None, :]) / (1.0 + np.exp(-(theta[:, None] - b[None, :])))
-    p = np.clip(p, 1e-300, 1.0 - 1e-16)
-    ll = y * np.log(p) + (n - y) * np.log1p(-p)
+    ll = binomial_loglik(y, n, probability(theta[:, None], b[None, :], c=c[None, :]))
     return float(ll.sum() + log_binomial_coefficients(y.T, n.T).sum())
 
 
