@@ -26,8 +26,9 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
+from benchfill.irt import fast
 from benchfill.irt.fast import pareto_k
-from benchfill.irt.model import binomial_loglik, probability
+from benchfill.irt.model import binomial_loglik, log_binomial_coefficients, probability
 from benchfill.irt.prior import Population
 
 LOO_DRAWS = 200  # ability draws behind each item's predictive density (evenly thinned from the fit's)
@@ -80,13 +81,6 @@ def count_keys(n_correct: np.ndarray, n_trials: np.ndarray, guessing: np.ndarray
     return uniq[:, 1 + J :], uniq[:, 1 : 1 + J], c[first], item_key.reshape(-1)
 
 
-def log_binomial_coefficients(y: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """sum_j log C(n_kj, y_kj) per row of (K, J) counts -> (K,), nats."""
-    top = int(n.max()) if n.size else 0
-    log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, top + 1, dtype=float)))])
-    return (log_fact[n] - log_fact[y] - log_fact[n - y]).sum(axis=1)
-
-
 def item_log_marginals(theta: np.ndarray, y: np.ndarray, n: np.ndarray, c: np.ndarray, prior: Population,
                        budget: int = BUDGET) -> np.ndarray:
     """log p(y_k | theta_s) = log integral g(b) prod_j Binomial(y_kj | n_kj, c_k + (1 - c_k) sigmoid(theta_sj - b)) db.
@@ -111,26 +105,28 @@ def item_log_marginals(theta: np.ndarray, y: np.ndarray, n: np.ndarray, c: np.nd
     b = np.linspace(lo, hi, max(3, int(np.ceil((hi - lo) / h)) + 1))
     G = b.size
     log_w = prior.log_density(b) + np.log(np.full(G, b[1] - b[0]) * np.r_[0.5, np.ones(G - 2), 0.5])
-    coef = np.concatenate([y, n - y], axis=1)  # (K, 2J): successes, failures
+    r = y.sum(axis=1)
+    # fast.grid_log_likelihood leaves out the 1PL's b-free term y . theta (it is the whole log-likelihood with
+    # guessing): across ability draws it differs, so it goes back in for the plain keys
+    plain = (c <= 0).astype(float)
     out = np.empty((K, S))
-    s_step = max(1, min(S, budget // max(1, 2 * J * G)))
-    for cval in np.unique(c):
-        rows = np.flatnonzero(c == cval)
-        k_step = max(1, min(rows.size, budget // max(1, s_step * G)))
-        for s0 in range(0, S, s_step):
-            z = theta[s0 : s0 + s_step, :, None] - b[None, None, :]  # (s, J, G)
-            log_fail = -np.logaddexp(0.0, z)  # log sigmoid(b - theta)
-            log_succ = -np.logaddexp(0.0, -z)
-            if cval > 0:
-                log_succ = np.logaddexp(np.log(cval), np.log1p(-cval) + log_succ)
-                log_fail = log_fail + np.log1p(-cval)
-            s = z.shape[0]
-            terms = np.concatenate([log_succ, log_fail], axis=1).transpose(1, 0, 2).reshape(2 * J, s * G)
-            for k0 in range(0, rows.size, k_step):
-                part = rows[k0 : k0 + k_step]
-                ell = (coef[part] @ terms).reshape(part.size, s, G) + log_w
-                peak = ell.max(axis=2)
-                out[part, s0 : s0 + s] = peak + np.log(np.exp(ell - peak[..., None]).sum(axis=2))
+    # as many draws side by side as keep every key in one product (the per-draw terms are then computed once)
+    s_step = max(1, min(S, budget // max(1, K * G, 2 * J * G)))
+    for s0 in range(0, S, s_step):
+        th = theta[s0 : s0 + s_step]
+        s = th.shape[0]
+        X = (th[:, :, None] - b[None, None, :]).transpose(1, 0, 2).reshape(J, s * G)  # s draws side by side
+        sp = fast.softplus(X)
+        grid = np.tile(b, s)
+        k_step = max(1, min(K, budget // max(1, s * G)))
+        for k0 in range(0, K, k_step):
+            part = slice(k0, k0 + k_step)
+            ell = fast.grid_log_likelihood(n[part], y[part], r[part], c[part], X, sp, grid).reshape(-1, s, G)
+            ell += log_w
+            if plain[part].any():
+                ell += (plain[part, None] * (y[part] @ th.T))[:, :, None]
+            peak = ell.max(axis=2)
+            out[part, s0 : s0 + s] = peak + np.log(np.exp(ell - peak[..., None]).sum(axis=2))
     return out + log_binomial_coefficients(y.astype(np.int64), n.astype(np.int64))[:, None]
 
 

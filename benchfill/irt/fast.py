@@ -300,13 +300,22 @@ def grid_log_likelihood(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarr
     Args:
         n, y: (K, J) float trials and correct counts; r: (K,) total correct; c: (K,) guessing rates.
         X: (J, G) theta_j - grid; sp: softplus(X) (shared by every chunk of keys, so computed by the caller).
-        grid: (G,) b nodes, logits.
+        grid: (G,) b nodes, logits. (Several ability vectors at once: X (J, S G) and grid tiled S times.)
     """
-    ell = -(n @ sp) - r[:, None] * grid[None, :]  # 1PL: log sigmoid = X - sp, log(1 - sigmoid) = -sp
-    for cv in np.unique(c[c > 0]):  # with guessing: y log(c + (1 - c) s) + (n - y) log((1 - c)(1 - s))
-        gi = np.flatnonzero(c == cv)
+    plain = c <= 0
+    if plain.all():
+        return -(n @ sp) - r[:, None] * grid[None, :]  # 1PL: log sigmoid = X - sp, log(1 - sigmoid) = -sp
+    ell = np.empty((n.shape[0], grid.size))
+    if plain.any():
+        ell[plain] = -(n[plain] @ sp) - r[plain, None] * grid[None, :]
+    for cv in np.unique(c[~plain]):  # with guessing: y log(c + (1 - c) s) + (n - y) log((1 - c)(1 - s))
         log_right = np.logaddexp(np.log(cv), np.log1p(-cv) + X - sp)
         log_wrong = np.log1p(-cv) - sp
+        if c.size and c[0] == cv and c[-1] == cv and np.all(c == cv):  # one rate for all: no row copies
+            np.matmul(y, log_right, out=ell)
+            ell += (n - y) @ log_wrong
+            continue
+        gi = np.flatnonzero(c == cv)
         ell[gi] = y[gi] @ log_right + (n[gi] - y[gi]) @ log_wrong
     return ell
 

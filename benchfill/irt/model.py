@@ -191,6 +191,15 @@ def probability(theta: np.ndarray, b: np.ndarray, a: np.ndarray | None = None, c
     return p if c is None else c + (1.0 - c) * p
 
 
+def log_binomial_coefficients(y: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """sum_j log C(n_kj, y_kj) per row of (K, J) integer counts -> (K,), nats (what :func:`binomial_loglik` leaves
+    out)."""
+    y, n = np.asarray(y, dtype=np.int64), np.asarray(n, dtype=np.int64)
+    top = int(n.max()) if n.size else 0
+    log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, top + 1, dtype=float)))])
+    return (log_fact[n] - log_fact[y] - log_fact[n - y]).sum(axis=-1)
+
+
 def binomial_loglik(n_correct: np.ndarray, n_trials: np.ndarray, p: np.ndarray) -> np.ndarray:
     """Log-likelihood of counts up to the binomial coefficient (constant in the parameters), elementwise."""
     p = np.clip(p, 1e-12, 1 - 1e-12)

@@ -7,11 +7,10 @@ from dataclasses import replace
 import numpy as np
 from pydantic import BaseModel, ConfigDict, computed_field
 from scipy import stats
-from scipy.special import gammaln
 
 from benchfill.data import ResponseMatrix
 from benchfill.irt.fit import fit_irt
-from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings
+from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings, log_binomial_coefficients
 
 
 class LeaveOneOut(BaseModel):
@@ -93,7 +92,7 @@ def compare_1pl_2pl(responses: ResponseMatrix, guessing: np.ndarray | None = Non
     k1, k2 = J + I, J + 2 * I
     # log_likelihood_max omits the binomial coefficients; add them so BIC is the textbook figure.
     kc, nt = responses.n_correct, responses.n_trials
-    const = float((gammaln(nt + 1) - gammaln(kc + 1) - gammaln(nt - kc + 1)).sum())
+    const = float(log_binomial_coefficients(kc, nt).sum())
     assert one.log_likelihood_max is not None and two.log_likelihood_max is not None  # MAP fits record it
     l1, l2 = float(one.log_likelihood_max) + const, float(two.log_likelihood_max) + const
     return BICComparison(n_observations=n, loglik_1pl=l1, loglik_2pl=l2, k_1pl=k1, k_2pl=k2,
