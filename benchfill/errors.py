@@ -106,3 +106,13 @@ def require_extra(extra: str, what: str) -> None:
     module = missing_module(extra)
     if module is not None:
         raise MissingExtra(what, extra, module)
+
+
+def require_sampler(sampler: str, robustness: bool = False, *, what: str | None = None) -> None:
+    """One :class:`MissingExtra` line, before any data is read, when the sampler (or the robustness refits' MAP
+    1PL vs 2PL comparison) runs on an optional extra that is not installed; ``what`` names the option as the
+    user set it (default ``--sampler NAME``)."""
+    if sampler in SAMPLER_EXTRA:
+        require_extra(SAMPLER_EXTRA[sampler], what or f"--sampler {sampler}")
+    if robustness:
+        require_extra(SAMPLER_EXTRA["map"], "--robustness")

@@ -175,3 +175,20 @@ def test_require_extra_names_the_first_missing_module(monkeypatch):
     assert str(err.value) == ("--sampler nutpie: needs the PyMC extra (nutpie is not installed): "
                               "pip install 'benchfill[pymc]'")
     assert err.value.extra == "pymc"
+
+
+def test_require_sampler_names_the_option_as_the_user_set_it(monkeypatch):
+    """One check for the commands (``--sampler``) and the designers' config (``run.irt``), each message naming
+    where the sampler was chosen; the fast sampler needs no extra."""
+    import importlib.util
+
+    from benchfill.errors import require_sampler
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda m, *a: None if m == "pymc" else object())
+    require_sampler("fast")
+    with pytest.raises(MissingExtra, match=r"^--sampler pymc: needs the PyMC extra"):
+        require_sampler("pymc")
+    with pytest.raises(MissingExtra, match=r"^designers\.toml: run\.irt = 'map': needs the PyMC extra"):
+        require_sampler("map", what="designers.toml: run.irt = 'map'")
+    with pytest.raises(MissingExtra, match=r"^--robustness: needs the PyMC extra"):
+        require_sampler("fast", robustness=True)

@@ -36,7 +36,7 @@ from benchfill.designers.generate import DesignedItem, generate_suite
 from benchfill.designers.quotas import AXES, Plan, QuotaSpec, axis_targets, load_quotas, make_plan
 from benchfill.designers.results import SIM_NOTE, CallUsage, DesignersReport, DesignersRun
 from benchfill.designers.validate import Answer, ItemVerdict, answer_items, choose_strong, count_matrix, judge_items
-from benchfill.errors import SAMPLER_EXTRA, InputError, require_extra
+from benchfill.errors import InputError, require_extra, require_sampler
 from benchfill.importers import load_responses
 from benchfill.io import atomic_write_json, atomic_write_text
 
@@ -117,8 +117,8 @@ async def run_designers_async(
     validate_designers_config(cfg)
     require_extra("llm", "benchfill designers run")
     method = irt or cfg.run.irt
-    if method in SAMPLER_EXTRA:  # the report's joint IRT fit comes last: a missing extra is said before any call
-        require_extra(SAMPLER_EXTRA[method], f"--irt {method}" if irt else f"{config_path}: run.irt = {method!r}")
+    # the report's joint IRT fit comes last: a missing extra is said before any call
+    require_sampler(method, what=f"--irt {method}" if irt else f"{config_path}: run.irt = {method!r}")
     lib = cfg.prompt_library()
     if seed_responses is not None and not Path(seed_responses).is_file():
         raise InputError(str(seed_responses), "seed responses file not found")
