@@ -5,7 +5,9 @@
 - ``numeric``: an integer gold matches only the same integer (13536 is wrong for 13535); any other gold matches
   within max(1e-9, 1e-6 |gold|); "1,000" = 1000, "1/2" = 0.5, "50%" = 50 or 0.5, ``\\frac{1}{2}`` = 0.5.
 - ``math``: the last ``\\boxed{}`` (else "the answer is ...", else the last inline math); equal when the normalised
-  strings match, or the numbers agree, or math-verify (then sympy) finds them symbolically equal.
+  strings match, or the numbers agree, or math-verify (then sympy) finds them symbolically equal. The symbolic
+  step runs in a worker process with a wall-clock limit (:data:`SYMBOLIC_TIMEOUT`, :mod:`benchfill.models.symbolic`);
+  its outcome is a :class:`MathOutcome`, and one that ran out of time is graded wrong, its reason saying so.
 - ``short``: normalised exact match (case, punctuation, articles, whitespace), also against
   ``metadata['aliases']``.
 - ``open``: an LLM judge (the ``grader`` role) with a rubric, returning JSON {label, score}.
@@ -21,18 +23,22 @@ Who is at fault decides what an answer counts as (benchfill/models/README.md):
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import importlib.util
 import math
 import re
 import string
 import threading
 import unicodedata
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from benchfill.data import Item, keyed_letters, letters_in
+from benchfill.models import symbolic
 from benchfill.models.replies import fenced_blocks, final_text, reply_json
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -258,11 +264,80 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def latex_value(text: str) -> float | None:
-    """The numeric value of a closed-form LaTeX expression (``\\sqrt{2}``, ``2\\pi``), or None."""
-    parsed = parse_number(text)
-    if parsed is not None:
-        return parsed[0]
+# ------------------------------------------------------------------------- symbolic work, in a worker process
+#
+# The cheap steps (normalised strings, numbers) run here; only what they cannot decide goes to math-verify and
+# sympy, which run in a worker process (benchfill.models.symbolic) so that a pathological expression ends after
+# SYMBOLIC_TIMEOUT seconds of wall clock on any thread, inside an event loop too. The worker starts on the first
+# such comparison and is reused; one that overruns is killed and the next comparison gets a fresh one.
+
+SYMBOLIC_TIMEOUT = 5.0  # seconds one symbolic step (math-verify then sympy; a closed form's value) may take: the
+# limit math-verify's own alarm used to set on the main thread; an ordinary comparison takes milliseconds
+SYMBOLIC_WORKERS = 2  # worker processes at most (concurrent grades share them; a third waits for one)
+# what a worker imports before its first comparison: this module, and the libraries installed here
+_SYMBOLIC_PRELOAD = ("benchfill.models.grading", *(name for name in ("math_verify", "sympy", "latex2sympy2_extended")
+                                                   if importlib.util.find_spec(name) is not None))
+
+
+def _warm_up() -> None:
+    """In a fresh worker, before its first comparison: math-verify's and latex2sympy's lazy set-up (a parser
+    built, sympy's caches) costs a few tenths of a second, which would otherwise come out of that comparison's
+    time."""
+    symbolic_compare("x^2+2x+1", "(x+1)^2")
+    _closed_form_value("\\sqrt{2}")
+
+
+_SYMBOLIC = symbolic.Pool(_SYMBOLIC_PRELOAD, size=SYMBOLIC_WORKERS, warmup=_warm_up)
+
+
+class MathOutcome(StrEnum):
+    """What a symbolic comparison came to: ``equal``, ``not_equal`` (compared, and different; also a comparison
+    that raised), ``unparsed`` (neither math-verify nor sympy could read a side), ``timed_out`` (no verdict within
+    :data:`SYMBOLIC_TIMEOUT`: the worker was killed) or ``failed`` (the worker died, or could not run it)."""
+
+    EQUAL = "equal"
+    NOT_EQUAL = "not_equal"
+    UNPARSED = "unparsed"
+    TIMED_OUT = "timed_out"
+    FAILED = "failed"
+
+
+UNDECIDED = (MathOutcome.TIMED_OUT, MathOutcome.FAILED)  # no verdict was reached: GradeResult.reason says which
+
+
+def close_symbolic_workers() -> None:
+    """End the symbolic worker processes now (they end at interpreter exit anyway); a later comparison starts a
+    fresh one."""
+    _SYMBOLIC.close()
+
+
+def symbolic_worker_pids() -> list[int]:
+    """The process ids of the symbolic workers running now (none until a comparison needed one)."""
+    return _SYMBOLIC.pids()
+
+
+def _in_worker(fn: Any, *args: Any) -> symbolic.Outcome | None:
+    """``fn(*args)`` in a symbolic worker, within :data:`SYMBOLIC_TIMEOUT`; None where no worker process can be
+    started (:class:`benchfill.models.symbolic.WorkerUnavailable`): then the caller does the work itself, bounded
+    only as before (math-verify's alarm, on the main thread)."""
+    try:
+        return _SYMBOLIC.call(fn, *args, timeout=SYMBOLIC_TIMEOUT)
+    except symbolic.WorkerUnavailable:
+        return None
+
+
+class _WorkerFailed(Exception):
+    """Raised inside a memoised function so that a worker's death is not memoised (a later call tries again)."""
+
+
+def _undecided_reason(outcome: MathOutcome) -> str:
+    if outcome is MathOutcome.TIMED_OUT:
+        return f"symbolic comparison timed_out after {SYMBOLIC_TIMEOUT:g} s: not shown equal"
+    return "symbolic comparison failed in its worker process: not shown equal"
+
+
+def _closed_form_value(text: str) -> float | None:
+    """latex2sympy's numeric value of a closed form (runs in the worker)."""
     try:
         from latex2sympy2_extended import latex2sympy
 
@@ -277,6 +352,35 @@ def latex_value(text: str) -> float | None:
     return value.real
 
 
+def _latex_value_outcome(text: str) -> tuple[float | None, MathOutcome | None]:
+    """(the value of a closed form or None, the undecided outcome when the worker gave no answer)."""
+    try:
+        return _latex_value_memo(text)
+    except _WorkerFailed:
+        return None, MathOutcome.FAILED
+
+
+@functools.lru_cache(maxsize=65536)
+def _latex_value_memo(text: str) -> tuple[float | None, MathOutcome | None]:
+    parsed = parse_number(text)
+    if parsed is not None:
+        return parsed[0], None
+    done = _in_worker(_closed_form_value, text)
+    if done is None:
+        return _closed_form_value(text), None
+    if done.status == "ok":
+        return done.value, None
+    if done.status == "timed_out":
+        return None, MathOutcome.TIMED_OUT
+    raise _WorkerFailed
+
+
+def latex_value(text: str) -> float | None:
+    """The numeric value of a closed-form LaTeX expression (``\\sqrt{2}``, ``2\\pi``), or None (also when working it
+    out took longer than :data:`SYMBOLIC_TIMEOUT`)."""
+    return _latex_value_outcome(text)[0]
+
+
 MATH_VERIFY_LOGGERS = ("math_verify", "math_verify.parser", "math_verify.grader")
 
 
@@ -289,15 +393,17 @@ def quiet_math_verify() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def _math_verify_equal(gold: str, pred: str) -> bool | None:
-    """math-verify's verdict; None when it could not parse one side (then sympy gets a try)."""
+def _math_verify_equal(gold: str, pred: str, alarm: bool = True) -> bool | None:
+    """math-verify's verdict; None when it could not parse one side (then sympy gets a try). ``alarm``: let
+    math-verify bound itself with its ``signal.alarm`` timeout where it can (the main thread); the worker process
+    passes False, its caller's wall-clock limit being the one bound."""
     try:
         from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
     except ImportError:  # pragma: no cover - math-verify is a dependency
         return None
     quiet_math_verify()
     # math-verify times out with signal.alarm, which only works in the main thread.
-    timeout = 5 if _in_main_thread() else None
+    timeout = 5 if alarm and _in_main_thread() else None
     configs = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
     try:
         g = parse(f"${gold}$", extraction_config=configs, parsing_timeout=timeout)
@@ -309,33 +415,74 @@ def _math_verify_equal(gold: str, pred: str) -> bool | None:
         return None
 
 
-def _sympy_equal(gold: str, pred: str) -> bool:
+def _sympy_outcome(gold: str, pred: str) -> MathOutcome:
     try:
         import sympy
         from latex2sympy2_extended import latex2sympy
     except ImportError:  # pragma: no cover
-        return False
+        return MathOutcome.UNPARSED
     try:
         a, b = latex2sympy(_strip_latex(gold)), latex2sympy(_strip_latex(pred))
-        diff = sympy.simplify(a - b)
-        return bool(diff == 0)
     except Exception:
-        return False
+        return MathOutcome.UNPARSED
+    try:
+        diff = sympy.simplify(a - b)
+        return MathOutcome.EQUAL if bool(diff == 0) else MathOutcome.NOT_EQUAL
+    except Exception:
+        return MathOutcome.NOT_EQUAL
+
+
+def _sympy_equal(gold: str, pred: str) -> bool:
+    return _sympy_outcome(gold, pred) is MathOutcome.EQUAL
+
+
+def symbolic_compare(gold: str, pred: str, alarm: bool = False) -> MathOutcome:
+    """math-verify's verdict, sympy's when math-verify cannot parse a side: the symbolic step, run as it is (the
+    worker process runs it; ``alarm`` as for :func:`_math_verify_equal`)."""
+    verdict = _math_verify_equal(gold, pred, alarm)
+    if verdict is not None:
+        return MathOutcome.EQUAL if verdict else MathOutcome.NOT_EQUAL
+    return _sympy_outcome(gold, pred)
+
+
+def symbolic_outcome(gold: str, pred: str) -> MathOutcome:
+    """:func:`symbolic_compare` in a worker process, within :data:`SYMBOLIC_TIMEOUT` seconds of wall clock, from
+    any thread; in this process (math-verify's main-thread alarm its only bound) where no worker can start."""
+    done = _in_worker(symbolic_compare, gold, pred)
+    if done is None:
+        return symbolic_compare(gold, pred, alarm=True)
+    if done.status == "ok":
+        return MathOutcome(done.value)
+    return MathOutcome.TIMED_OUT if done.status == "timed_out" else MathOutcome.FAILED
+
+
+def math_outcome(gold: str, pred: str) -> MathOutcome:
+    """How two answers compare: normalised strings, then numbers (both here), then the symbolic step
+    (:func:`symbolic_outcome`, in a worker process). Memoised: rollouts often repeat an answer, and math-verify
+    costs ms; a timed-out outcome too (a repeated pathological answer costs one timeout, not one per rollout), but
+    not a worker's death (a later call tries again)."""
+    try:
+        return _math_outcome_memo(gold, pred)
+    except _WorkerFailed:
+        return MathOutcome.FAILED
 
 
 @functools.lru_cache(maxsize=65536)
-def math_equal(gold: str, pred: str) -> bool:
-    """Symbolic equality of two answers: normalised strings, then numbers, then math-verify (sympy when
-    math-verify cannot parse a side). Memoised: rollouts often repeat an answer, and math-verify costs ms."""
+def _math_outcome_memo(gold: str, pred: str) -> MathOutcome:
     if _normalise_math(gold) == _normalise_math(pred):
-        return True
+        return MathOutcome.EQUAL
     same_number = numeric_equal(gold, pred)
     if same_number is not None:
-        return same_number
-    verdict = _math_verify_equal(gold, pred)
-    if verdict is not None:
-        return verdict
-    return _sympy_equal(gold, pred)
+        return MathOutcome.EQUAL if same_number else MathOutcome.NOT_EQUAL
+    outcome = symbolic_outcome(gold, pred)
+    if outcome is MathOutcome.FAILED:
+        raise _WorkerFailed
+    return outcome
+
+
+def math_equal(gold: str, pred: str) -> bool:
+    """Symbolic equality of two answers (:func:`math_outcome` is ``equal``)."""
+    return math_outcome(gold, pred) is MathOutcome.EQUAL
 
 
 def _grade_math(item: Item, response: str | None, method: str) -> GradeResult:
@@ -353,15 +500,25 @@ def _grade_math(item: Item, response: str | None, method: str) -> GradeResult:
             extracted = stripped  # a bare answer ("3/4", "x = 2", "\sqrt{2}")
     if extracted is None or not extracted.strip():
         return _wrong(method, "no final answer found")
+    # A comparison that reached no verdict in time (or whose worker died) is graded wrong, a counted trial, as the
+    # symbolic step treats everything it cannot decide (a side it cannot parse, a parser crash, math-verify's own
+    # alarm): "not shown equal". A skip would drop the trial, so an answer written as a pathological expression
+    # would take itself out of the count; the reason names the outcome, so the case stays visible.
     if method == "numeric":
         same = numeric_equal(item.answer, extracted)
         if same is None:  # a closed form for a numeric gold: compare its value with the same tolerance
-            gold, value = parse_number(item.answer), latex_value(extracted)
+            gold = parse_number(item.answer)
+            value, undecided = _latex_value_outcome(extracted) if gold is not None else (None, None)
+            if undecided is not None:
+                return _verdict(False, "numeric", extracted, _undecided_reason(undecided))
             if gold is not None and value is not None:
                 same = numbers_close(gold[0], value)
         if same is not None:
             return _verdict(same, "numeric", extracted)
-    return _verdict(math_equal(item.answer, extracted), "math", extracted)
+    outcome = math_outcome(item.answer, extracted)
+    if outcome in UNDECIDED:
+        return _verdict(False, "math", extracted, _undecided_reason(outcome))
+    return _verdict(outcome is MathOutcome.EQUAL, "math", extracted)
 
 
 # ----------------------------------------------------------------------------------------------- mcq
@@ -728,7 +885,8 @@ class Grader:
         """Grade one response; an open item's verdict comes from the judge (its failures -> ``skip``). The judge
         call is keyed by the response text, so the same answer in two rollouts is judged once."""
         if item.resolved_format != "open" or response is None or finish_reason == "length":
-            return grade(item, response, finish_reason)
+            # in a thread, not on the event loop: a symbolic comparison may wait up to SYMBOLIC_TIMEOUT seconds
+            return await asyncio.to_thread(grade, item, response, finish_reason)
         text, why = final_text(response)
         if text is None:
             return _wrong("judge", why or "empty response")
