@@ -17,16 +17,18 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, SkipValidation
+from pydantic import BaseModel, ConfigDict, Field, SkipValidation
 
 from benchfill.aio import run_sync
 from benchfill.data import Item, ResponseMatrix
 from benchfill.diagnostics.calibrate import CalibrationResult
 from benchfill.diagnostics.detect import DetectionResult
 from benchfill.diagnostics.report import Diagnosis
-from benchfill.errors import SAMPLER_EXTRA, InputError, MissingExtra, did_you_mean, require_extra
+from benchfill.errors import InputError, MissingExtra, did_you_mean, require_extra, require_sampler
 from benchfill.irt.placement import PlacedItem
 from benchfill.irt.prior import DEFAULT_POPULATION, POPULATION_KINDS
+from benchfill.memory.record import ReviewStatus
+from benchfill.memory.views import GapTrace, ReviewEntry, ReviewItem
 
 if TYPE_CHECKING:  # the LLM client stack (litellm, sqlite-utils) loads only for commands that call models
     from benchfill.models.evaluate import EvaluationResult
@@ -112,15 +114,6 @@ def import_logs(fmt: str, paths: str | Path | Sequence[str | Path], *, out: str 
                         out=None if out is None else str(out), rows=rows,
                         items_out=None if items_out is None or not items else str(items_out),
                         n_item_texts=len(items), responses=matrix, items=items)
-
-
-def require_sampler(sampler: str, robustness: bool = False) -> None:
-    """One :class:`~benchfill.errors.MissingExtra` line, before any data is read, when the sampler (or the
-    robustness refits' MAP 1PL vs 2PL comparison) runs on an optional extra that is not installed."""
-    if sampler in SAMPLER_EXTRA:
-        require_extra(SAMPLER_EXTRA[sampler], f"--sampler {sampler}")
-    if robustness:
-        require_extra(SAMPLER_EXTRA["map"], "--robustness")
 
 
 def check_fit_options(sampler: str = "", *, chains: int | None = None, tune: int | None = None,
@@ -471,8 +464,8 @@ def export(run_dir: str | Path, out: str | Path, *, hf: str | Path | None = None
         rows, added = filled_benchmark(bank, include_pending=include_pending)
         left: dict[str, int] = {}
         for q in review_queue(bank):
-            if q["status"] != "accepted" and not (include_pending and q["status"] == "pending"):
-                left[q["status"]] = left.get(q["status"], 0) + 1
+            if q.status != ReviewStatus.ACCEPTED and not (include_pending and q.status == ReviewStatus.PENDING):
+                left[q.status.value] = left.get(q.status.value, 0) + 1
     finally:
         bank.close()
     write_items(Path(out), rows)
@@ -495,11 +488,11 @@ class ReviewQueue(BaseModel):
     """The review queue of a fill run: BenchFill's chosen items in gap order, with the acceptance rule."""
 
     rule: str
-    queue: list[dict[str, Any]]
+    queue: list[ReviewEntry]
 
 
-class ReviewItem(RootModel[dict[str, Any]]):
-    """One queued item in full (question, answer, verdict, panel counts, placement, votes); dumps as that dict."""
+# ReviewItem (benchfill.memory.views): one queued item in full (question, answer, verdict, panel counts, placement,
+# votes), the result of review_item
 
 
 class Vote(BaseModel):
@@ -532,7 +525,7 @@ def review_item(run_dir: str | Path, item_id: str) -> ReviewItem:
 
     bank = _open_bank(run_dir)
     try:
-        return ReviewItem(_item(bank, item_id))
+        return _item(bank, item_id)
     finally:
         bank.close()
 
@@ -694,9 +687,8 @@ def evaluate(items: str | Path, config: str | Path, out: str | Path, *, limit: i
     return run_sync(evaluate_async(items, config, out, limit=limit, rollouts=rollouts, progress=progress))
 
 
-class GapTrace(RootModel[dict[str, Any]]):
-    """One gap's search (``benchfill trace``): rounds, parents, children with verdicts, panel counts and
-    placements, tokens and cost; dumps as that dict."""
+# GapTrace (benchfill.memory.views): one gap's search (``benchfill trace``): rounds, parents, children with
+# verdicts, panel counts and placements, tokens and cost; the result of trace
 
 
 def trace(run_dir: str | Path, *, gap: int = 1, method: str = "benchfill") -> GapTrace:
@@ -710,7 +702,7 @@ def trace(run_dir: str | Path, *, gap: int = 1, method: str = "benchfill") -> Ga
                                      f"{did_you_mean(method, ['benchfill', 'baseline'])}")
     bank = _open_bank(run_dir)
     try:
-        return GapTrace(gap_trace(bank, method, gap))
+        return gap_trace(bank, method, gap)
     finally:
         bank.close()
 

@@ -341,7 +341,7 @@ def trace(
     if json_out is not None:
         write_json_result(json_out, data)
     else:
-        console.print(trace_tree(data.root, full=full))
+        console.print(trace_tree(data, full=full))
 
 
 @app.command()
@@ -370,7 +370,7 @@ def review(
         out.print(lit(f"{v.item_id}: {v.status} ({v.approvals} approval(s), {v.rejections} rejection(s); {v.rule})"))
     if show:
         item = api.review_item(run_dir, show)
-        out.print(review_detail(item.root))
+        out.print(review_detail(item))
         write_json_result(json_out, item, note=out)
         return
     queue = api.review_queue(run_dir)

@@ -74,7 +74,7 @@ def test_evaluate_and_fill_work_inside_a_running_event_loop(examples, tmp_path):
     assert summary.model_dump(exclude_none=True) == _without_none(on_disk)
     # the run's other faces from Python: a gap's trace and the report page
     tr = bf.trace(tmp_path / "fill", gap=1)
-    assert tr.root["gap"] == 1 and tr.root["rounds"]
+    assert tr.gap == 1 and tr.rounds
     with pytest.raises(InputError, match="choose benchfill or baseline"):
         bf.trace(tmp_path / "fill", method="basline")
     assert bf.write_report(tmp_path / "fill").name == "report.html"

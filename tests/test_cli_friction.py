@@ -138,13 +138,13 @@ def nasty_run(tmp_path_factory):
     from benchfill.memory.bank import MemoryBank
 
     bank = MemoryBank(folder / "out" / "memory.sqlite")
-    for c in bank.db["candidates"].rows:
-        counts = json.loads(c["counts"]) if c["counts"] else None
+    for c in bank.candidates():
+        counts = c.counts
         if counts:
             counts = {f"{m}{NASTY}": v for m, v in counts.items()}
-        bank.update_candidate(c["id"], question=f"{NASTY} {c['question']} \\[\\sin x\\]", answer=f"7 {NASTY}",
-                              verdict=json.dumps({"valid": bool(c["valid"]), "reason": f"reason {NASTY}"}),
-                              counts=counts, error=f"err {NASTY}" if not c["valid"] else c["error"])
+        bank.update_candidate(c.id, question=f"{NASTY} {c.question} \\[\\sin x\\]", answer=f"7 {NASTY}",
+                              verdict=json.dumps({"valid": bool(c.valid), "reason": f"reason {NASTY}"}),
+                              counts=counts, error=f"err {NASTY}" if not c.valid else c.error)
     bank.close()
     return folder / "out", res.output
 

@@ -20,15 +20,20 @@ def make_run(folder, rewriter_meta, gaps, candidates_rewriter=None, tolerance=No
         conf["rewriter"] = {"model": rewriter_meta, "name": None}
     bank.set_meta(config=conf)
     for k, (status, dev, cost, rounds) in enumerate(gaps, start=1):
+        bank.upsert_gap("benchfill", k, status="searching")  # statuses move as in a search (memory/record.py)
         bank.upsert_gap("benchfill", k, lo=0.1, hi=0.3, target=0.2, status=status, rounds=rounds,
                         chosen=f"c{k}" if status == "filled" else None,
                         chosen_d=0.2 + dev if dev is not None else None, deviation=dev, n_candidates=16 * rounds,
                         cost=cost)
+    bank.upsert_gap("baseline", 1, status="searching")
     bank.upsert_gap("baseline", 1, lo=0.1, hi=0.3, target=0.2, status="filled", rounds=1, deviation=0.2, cost=9.0)
     if candidates_rewriter:
         bank.upsert_candidates([{"id": f"x{k}", "method": "benchfill", "gap": 1, "round": 1, "parent": "p",
-                                 "question": "q", "answer": "a", "rewriter": candidates_rewriter, "status": "placed"}
-                                for k in range(3)])
+                                 "question": "q", "answer": "a", "rewriter": candidates_rewriter,
+                                 "status": "proposed"} for k in range(3)])
+        for k in range(3):
+            for status in ("valid", "labelled", "placed"):
+                bank.update_candidate(f"x{k}", status=status)
     return folder
 
 

@@ -341,9 +341,13 @@ def test_malformed_rewriter_output_is_reasked_then_dropped(tmp_path, bench, stub
     cfg = stub_config(tmp_path, stub.port, rewriter="openai/malformed-rewriter")
     res = fill(items, resp, cfg, tmp_path / "out", "--gaps", "1")
     assert res.exit_code == 0, res.output
-    con = sqlite3.connect(tmp_path / "out" / "memory.sqlite")
-    rows = con.execute("select status, error from candidates").fetchall()
+    from benchfill.memory.bank import MemoryBank
+
+    bank = MemoryBank(tmp_path / "out" / "memory.sqlite")
+    rows = [(c.status, c.error) for c in bank.candidates()]
+    bank.close()
     assert rows and all(s == "rewrite_failed" and "malformed" in e for s, e in rows)
+    con = sqlite3.connect(tmp_path / "out" / "memory.sqlite")  # the models layer's call log
     asks = con.execute("select count(*) from call_log where role = 'rewriter' and outcome = 'ok'").fetchone()[0]
     assert asks == 2 * 2 * 3  # 2 rounds x 2 parents x (1 ask + 2 re-asks)
     gap = json.loads((tmp_path / "out" / "summary.json").read_text())["methods"]["benchfill"]["gaps"][0]
@@ -541,10 +545,12 @@ def test_an_outage_stops_the_fill_and_the_resume_retries_the_calls(tmp_path, ben
     assert res.exit_code == 3, res.output
     lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
     assert lines[-1] == "benchfill: 2 calls failed (server unreachable); rerun with --resume", lines
-    con = sqlite3.connect(out / "memory.sqlite")
-    assert con.execute("select count(*) from candidates").fetchone()[0] == 0  # nothing recorded as an outcome
-    assert con.execute("select count(*) from gaps where status != 'searching'").fetchone()[0] == 0
-    con.close()
+    from benchfill.memory.bank import MemoryBank
+
+    bank = MemoryBank(out / "memory.sqlite")
+    assert bank.candidates() == []  # nothing recorded as an outcome
+    assert [g for g in bank.gaps() if g.status is not None and g.status != "searching"] == []
+    bank.close()
     stub.down = False
     again = runner.invoke(app, ["fill", str(items), "--responses", str(resp), "--config", str(cfg_down), "--out",
                                 str(out), "--models", "6", "--gaps", "1", "--resume"])

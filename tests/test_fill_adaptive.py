@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from benchfill.graphs.adaptive import adaptive_label, expected_information, pick
 from benchfill.graphs.run import true_gap_figures
 from benchfill.irt.placement import place_items
 from benchfill.irt.scale import Scale
+from benchfill.memory.bank import MemoryBank
 from benchfill.models.config import FillParams
 
 J, ROLLOUTS = 12, 4
@@ -162,9 +162,9 @@ def test_an_adaptive_fill_labels_with_fewer_calls_and_records_its_decisions(tmp_
         figures[mode] = true_gap_figures(tmp_path / mode)
     print(json.dumps(figures))
     assert figures["adaptive"][0]["calls"] < figures["full"][0]["calls"]
-    con = sqlite3.connect(tmp_path / "adaptive" / "memory.sqlite")
-    rows = con.execute("select labelling, answers, label_note from candidates where status in ('placed', "
-                       "'chosen')").fetchall()
+    bank = MemoryBank(tmp_path / "adaptive" / "memory.sqlite")
+    rows = [(c.labelling, c.answers, c.label_note) for c in bank.candidates() if c.status in ("placed", "chosen")]
+    bank.close()
     assert rows and all(r[0] in ("dropped", "precise", "cap", "budget") and r[1] >= 1 and r[2] for r in rows)
     assert any(r[1] < 24 for r in rows)  # somebody was stopped before the full panel
     schedule = json.loads(next((tmp_path / "adaptive" / "labels").glob("*/adaptive.json")).read_text())

@@ -296,21 +296,21 @@ def test_tiny_fill_completes_with_verdicts_counts_and_trace(server, tmp_path):
     # whatever the model wrote, the round is accounted for: a row per child (or one for a dropped reply), the gap's
     # counts, and a documented end ("filled", or "unfilled" with why; under the schema's grammar this judge has
     # rejected every child so far, so the usual end is "unfilled: no valid, placed child after 1 rounds")
-    assert g["rounds"] == 1 and cands, "the round left no candidate row"
-    assert g["n_candidates"] == sum(1 for c in cands if c["question"]) and g["status"] == gap.status
-    assert g["status"] == "filled" or g["note"]
-    assert {c["status"] for c in cands} <= FILL_STATUSES
-    failed = [c for c in cands if c["status"] == "rewrite_failed"]
-    proposed = [c for c in cands if c["status"] != "rewrite_failed"]
+    assert g.rounds == 1 and cands, "the round left no candidate row"
+    assert g.n_candidates == sum(1 for c in cands if c.question) and g.status == gap.status
+    assert g.status == "filled" or g.note
+    assert {c.status for c in cands} <= FILL_STATUSES
+    failed = [c for c in cands if c.status == "rewrite_failed"]
+    proposed = [c for c in cands if c.status != "rewrite_failed"]
     assert len(failed) == 1 and not proposed or 1 <= len(proposed) <= 2 and not failed
     for c in failed:  # dropped after the bounded re-asks, with the reason
-        assert "malformed" in c["error"] or "no children" in c["error"]
+        assert "malformed" in c.error or "no children" in c.error
     for c in proposed:  # every child has the judge's verdict (or why there is none)
-        assert c["verdict"] or c["error"].startswith("judge:")
-        if c["status"] in ("labelled", "placed"):  # every panel model answered it once
-            assert set(c["counts"]) == set(names) and all(n == 1 for _, n in c["counts"].values())
-    trace = api.trace(tmp_path / "out", gap=1).root
-    assert json.dumps(trace)  # the trace serialises
+        assert c.verdict or c.error.startswith("judge:")
+        if c.status in ("labelled", "placed"):  # every panel model answered it once
+            assert set(c.counts) == set(names) and all(n == 1 for _, n in c.counts.values())
+    trace = api.trace(tmp_path / "out", gap=1)
+    assert json.loads(trace.model_dump_json())  # the trace serialises
     with sqlite3.connect(tmp_path / "out" / "memory.sqlite") as con:
         logged = dict(con.execute("SELECT role, count(*) FROM call_log WHERE outcome = 'ok' GROUP BY role"))
     assert logged.get("rewriter", 0) >= 1

@@ -6,7 +6,6 @@ where the optional extra is installed (slow)."""
 from __future__ import annotations
 
 import json
-import sqlite3
 
 import numpy as np
 import pytest
@@ -135,10 +134,13 @@ def test_a_fill_with_the_prescreen_records_and_traces_it(tmp_path):
                    + 'labelling = "adaptive"\nprescreen = "hash"\nsequential = false\n')
     res = fill(items, resp, cfg, tmp_path / "out", "--gaps", "1", "--allow-floor-gaps")
     assert res.exit_code == 0, res.output
-    con = sqlite3.connect(tmp_path / "out" / "memory.sqlite")
-    meta = json.loads(con.execute("select value from runs where key = 'prescreen'").fetchone()[0])
+    from benchfill.memory.bank import MemoryBank
+
+    bank = MemoryBank(tmp_path / "out" / "memory.sqlite")
+    meta = bank.meta("prescreen")
     assert meta["featuriser"] == "hash" and meta["n_items"] == 40 and meta["loo_rmse"] > 0
-    rows = con.execute("select prescreen_d, answers from candidates where status in ('placed', 'chosen')").fetchall()
+    rows = [(c.prescreen_d, c.answers) for c in bank.candidates() if c.status in ("placed", "chosen")]
+    bank.close()
     assert rows and all(isinstance(d, float) for d, _ in rows)
     schedule = json.loads(next((tmp_path / "out" / "labels").glob("*/adaptive.json")).read_text())
     assert len(schedule["prescreen_d"]) == len(schedule["children"])

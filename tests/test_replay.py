@@ -95,8 +95,9 @@ def test_a_replay_fill_runs_end_to_end_and_knows_each_childs_truth(tmp_path):
     assert len(pool) == 30
     rows = true_gap_figures(tmp_path / "out")
     assert rows and all(0.0 <= r["p_inside"] <= 1.0 for r in rows)
-    import sqlite3
+    from benchfill.memory.bank import MemoryBank
 
-    con = sqlite3.connect(tmp_path / "out" / "memory.sqlite")
-    questions = [q for (q,) in con.execute("select question from candidates where question != ''")]
+    bank = MemoryBank(tmp_path / "out" / "memory.sqlite")
+    questions = [c.question for c in bank.candidates() if c.question is not None and c.question != ""]
+    bank.close()
     assert questions and all(text_key(q) in pool for q in questions)  # every child is a real held-out item

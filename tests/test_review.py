@@ -23,6 +23,7 @@ def flat(text: str) -> str:
 def run_dir(tmp_path):
     """A run folder holding one filled gap whose chosen item awaits review (no search needed)."""
     bank = MemoryBank.create(tmp_path / "memory.sqlite", simulated=True, params={"tolerance": 0.01})
+    bank.upsert_gap("benchfill", 1, status="searching")  # statuses move as in a search (memory/record.py)
     bank.upsert_gap("benchfill", 1, lo=0.4, hi=0.6, target=0.5, status="filled", rounds=2, chosen="c1",
                     chosen_d=0.52, chosen_d_sd=0.05, deviation=0.02, n_candidates=4, cost=0.0, note="")
     bank.upsert_candidates([{
@@ -30,7 +31,9 @@ def run_dir(tmp_path):
         "question": "What is $\\sqrt{16}$? [/INST] keep [bold]this[/bold]", "answer": "4",
         "rewriter": "sim/rw", "judge": "sim/j", "valid": 1, "verdict": json.dumps({"valid": True, "reason": "fine [/note]"}),
         "counts": {"m1": [3, 4], "m2[/x]": [1, 4]}, "b": 0.1, "b_sd": 0.3, "d": 0.52, "d_sd": 0.05,
-        "deviation": 0.02, "status": "chosen", "error": "", "format": "numeric"}])
+        "deviation": 0.02, "status": "proposed", "error": "", "format": "numeric"}])
+    for status in ("valid", "labelled", "placed", "chosen"):
+        bank.update_candidate("c1", status=status)
     bank.close()
     return tmp_path
 
@@ -49,8 +52,8 @@ def test_the_rule(run_dir):
     for who in ("ann", "bob", "cy"):
         bank.review("c1", who, "reject")
     assert bank.review_status("c1") == "rejected"
-    log = list(bank.db["review_log"].rows_where("candidate = ?", ["c1"], order_by="rowid"))
-    assert len(log) == 8 and log[2]["decision"] == "reject" and log[2]["note"] == "ambiguous"
+    log = bank.review_log("c1")
+    assert len(log) == 8 and log[2].decision == "reject" and log[2].note == "ambiguous"
     with pytest.raises(ValueError):
         bank.review("c1", "eve", "maybe")
 
@@ -58,13 +61,13 @@ def test_the_rule(run_dir):
 def test_review_item_has_everything_a_reviewer_needs(run_dir):
     bank = MemoryBank(run_dir / "memory.sqlite")
     item = review_item(bank, "c1")
-    assert item["question"].startswith("What is") and item["answer"] == "4"
-    assert item["verdict"]["reason"] == "fine [/note]" and item["judge"] == "sim/j"
-    assert item["counts"] == {"m1": [3, 4], "m2[/x]": [1, 4]}
-    p = item["placement"]
-    assert p["d_lo"] == pytest.approx(0.52 - 1.645 * 0.05, abs=1e-3) and p["target"] == 0.5
-    assert p["tolerance"] == 0.01 and p["target_in_interval"] is True
-    assert [q["candidate"] for q in review_queue(bank)] == ["c1"]
+    assert item.question.startswith("What is") and item.answer == "4"
+    assert item.verdict["reason"] == "fine [/note]" and item.judge == "sim/j"
+    assert item.counts == {"m1": [3, 4], "m2[/x]": [1, 4]}
+    p = item.placement
+    assert p.d_lo == pytest.approx(0.52 - 1.645 * 0.05, abs=1e-3) and p.target == 0.5
+    assert p.tolerance == 0.01 and p.target_in_interval is True
+    assert [q.candidate for q in review_queue(bank)] == ["c1"]
 
 
 def test_cli_show_approve_reject(run_dir):
@@ -84,4 +87,4 @@ def test_cli_show_approve_reject(run_dir):
     anon = runner.invoke(app, ["review", str(run_dir), "--approve", "c1"])
     assert anon.exit_code == 2 and "--reviewer" in anon.output
     bank = MemoryBank(run_dir / "memory.sqlite")
-    assert bank.reviews("c1")[0]["note"] == "typo"
+    assert bank.reviews("c1")[0].note == "typo"

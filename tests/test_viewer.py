@@ -49,9 +49,9 @@ def known_run(tmp_path_factory):
     out = folder / "out"
     assert (out / "report.html").stat().st_size > 10_000  # fill writes the report
     bank = MemoryBank(out / "memory.sqlite")
-    first = bank.gap("benchfill", 1)["chosen"]
+    first = bank.gap("benchfill", 1).chosen
     c = bank.candidate(first)
-    bank.update_candidate(first, question=f"{c['question']} {NASTY}")
+    bank.update_candidate(first, question=f"{c.question} {NASTY}")
     bank.close()
     from typer.testing import CliRunner
 
@@ -95,7 +95,7 @@ def test_fill_writes_a_self_contained_report(known_run):
     assert not re.search(r"https?://(?!www\.w3\.org/(?:2000/svg|1998/Math/MathML))", html)
     data = json.loads(p.scripts[0])
     bank = MemoryBank(known_run / "memory.sqlite")
-    chosen = [g["chosen"] for g in bank.gaps("benchfill")]
+    chosen = [g.chosen for g in bank.gaps("benchfill")]
     assert [t["chosen"] for t in data["methods"]["benchfill"]] == chosen
     assert [q["candidate"] for q in data["queue"]] == chosen
     assert NASTY in data["queue"][0]["question"]  # the text survives whole
@@ -108,7 +108,7 @@ def test_report_data_matches_the_trace(known_run):
 
     data = report_data(known_run)
     bank = MemoryBank(known_run / "memory.sqlite")
-    assert data["methods"]["benchfill"][1] == json.loads(json.dumps(gap_trace(bank, "benchfill", 2), default=str))
+    assert data["methods"]["benchfill"][1] == json.loads(gap_trace(bank, "benchfill", 2).model_dump_json())
 
 
 def test_server_stores_votes_only_with_the_token(known_run):
@@ -117,7 +117,7 @@ def test_server_stores_votes_only_with_the_token(known_run):
         page = urllib.request.urlopen(server.url, timeout=10).read().decode()
         assert server.token in page and '"served": true' in page
         bank = MemoryBank(known_run / "memory.sqlite")
-        cid = bank.gap("benchfill", 2)["chosen"]
+        cid = bank.gap("benchfill", 2).chosen
 
         def post(body, token):
             req = urllib.request.Request(server.url + "api/review", data=json.dumps(body).encode(), method="POST",
@@ -137,7 +137,7 @@ def test_server_stores_votes_only_with_the_token(known_run):
         assert post({"candidate": cid, "reviewer": "", "decision": "approve"}, server.token)[0] == 400
         code, out = post({"candidate": cid, "reviewer": "ann", "decision": "reject", "note": "n"}, server.token)
         assert code == 200 and out["status"] == "blocked"
-        assert MemoryBank(known_run / "memory.sqlite").reviews(cid)[0]["reviewer"] == "ann"
+        assert MemoryBank(known_run / "memory.sqlite").reviews(cid)[0].reviewer == "ann"
     finally:
         server.close()
 
@@ -156,9 +156,9 @@ def test_chromium_shows_the_gaps_and_the_chosen_items(known_run, tmp_path):
     assert 'data-ready="true"' in dom
     bank = MemoryBank(known_run / "memory.sqlite")
     for g in bank.gaps("benchfill"):
-        assert f'id="gap-benchfill-{g["gap"]}"' in dom
-        assert re.search(rf'id="cand-benchfill-{re.escape(g["chosen"])}"[^>]*data-chosen="true"', dom), g["chosen"]
-        assert f'data-candidate="{g["chosen"]}"' in dom  # on the after-axis and in the queue
+        assert f'id="gap-benchfill-{g.gap}"' in dom
+        assert re.search(rf'id="cand-benchfill-{re.escape(g.chosen)}"[^>]*data-chosen="true"', dom), g.chosen
+        assert f'data-candidate="{g.chosen}"' in dom  # on the after-axis and in the queue
     assert dom.count('class="card child chosen"') == len(bank.gaps("benchfill")) + len(bank.gaps("baseline"))
     # the model's HTML is text, not markup: escaped in the DOM, no injected element
     assert "&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt; [/INST] &lt;b&gt;not bold&lt;/b&gt;" in dom
@@ -174,7 +174,7 @@ def test_chromium_review_vote_is_stored(known_run, tmp_path):
     websockets = pytest.importorskip("websockets.sync.client", reason="websockets not installed: CDP test skipped")
     exe = chromium()
     bank = MemoryBank(known_run / "memory.sqlite")
-    cid = bank.gap("benchfill", 3)["chosen"]
+    cid = bank.gap("benchfill", 3).chosen
     server = ViewServer(known_run).serve_in_thread()
     proc = subprocess.Popen([exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                              f"--user-data-dir={tmp_path / 'profile'}", "--remote-debugging-port=0", "about:blank"],
@@ -221,7 +221,7 @@ def test_chromium_review_vote_is_stored(known_run, tmp_path):
             assert js(f"{card}.querySelector('[data-role=msg]').textContent") == "stored"
             assert "chromium: approve" in js(f"{card}.querySelector('[data-role=votes]').textContent")
         votes = MemoryBank(known_run / "memory.sqlite").reviews(cid)
-        assert [(v["reviewer"], v["decision"], v["note"]) for v in votes] == [("chromium", "approve", "looks right")]
+        assert [(v.reviewer, v.decision, v.note) for v in votes] == [("chromium", "approve", "looks right")]
     finally:
         proc.terminate()
         try:

@@ -26,6 +26,7 @@ import numpy as np
 
 from benchfill.designers.results import RewriterReport, RewriterRun, RewriterScore
 from benchfill.errors import InputError
+from benchfill.memory.record import CHOSEN_GAP_STATUSES, GapRecord, GapStatus
 
 DEFAULT_TOLERANCE = 0.01
 
@@ -38,7 +39,7 @@ class RunGaps:
     rewriter: str
     tolerance: float
     simulated: bool
-    gaps: list[dict[str, Any]]
+    gaps: list[GapRecord]
 
 
 def _rewriter_from_config(conf: Any) -> str | None:
@@ -63,11 +64,9 @@ def read_run(path: str | Path, method: str = "benchfill") -> RunGaps:
     conf = bank.meta("config")
     named = bank.meta("rewriter")
     rewriter = named if isinstance(named, str) and named else _rewriter_from_config(conf)
-    if rewriter is None:
-        rows = bank.db.execute(
-            "select rewriter, count(*) from candidates where method = ? and rewriter is not null and rewriter != '' "
-            "group by rewriter order by count(*) desc, rewriter", [method]).fetchall()
-        rewriter = rows[0][0] if rows else "unknown"
+    if rewriter is None:  # the most frequent rewriter of the run's candidates (ties: the first by name)
+        used = Counter(c.rewriter for c in bank.candidates(method) if c.rewriter)
+        rewriter = min(used.items(), key=lambda kv: (-kv[1], kv[0]))[0] if used else "unknown"
     tol = DEFAULT_TOLERANCE
     if isinstance(conf, dict) and isinstance(conf.get("fill"), dict) and conf["fill"].get("tolerance") is not None:
         tol = float(conf["fill"]["tolerance"])
@@ -90,18 +89,18 @@ def score_rewriters(runs: Sequence[RunGaps], tolerance: float | None = None) -> 
         for run in group:
             tol = tolerance if tolerance is not None else run.tolerance
             for g in run.gaps:
-                cost += float(g.get("cost") or 0.0)
-                if g.get("status") not in ("filled", "near", "unfilled"):
+                cost += float(g.cost or 0.0)
+                if g.status not in (*CHOSEN_GAP_STATUSES, GapStatus.UNFILLED):
                     n_open += 1
                     continue
                 finished.append(g)
-                rounds.append(float(g.get("rounds") or 0))
-                cands.append(float(g.get("n_candidates") or 0))
-                if g["status"] in ("filled", "near") and g.get("deviation") is not None:
-                    dev.append(float(g["deviation"]))
-                    within += float(g["deviation"]) <= tol + 1e-12
+                rounds.append(float(g.rounds or 0))
+                cands.append(float(g.n_candidates or 0))
+                if g.status in CHOSEN_GAP_STATUSES and g.deviation is not None:
+                    dev.append(float(g.deviation))
+                    within += float(g.deviation) <= tol + 1e-12
         n = len(finished)
-        filled = sum(g["status"] == "filled" for g in finished)
+        filled = sum(g.status == GapStatus.FILLED for g in finished)
         out.append(RewriterScore(
             rewriter=name, runs=[r.run for r in group], n_gaps=n + n_open, n_open=n_open, n_filled=filled,
             success_rate=filled / n if n else None, within_tolerance_rate=within / n if n else None,
@@ -129,7 +128,7 @@ def rewriter_report(paths: Sequence[str | Path], method: str = "benchfill", tole
     return RewriterReport(
         method=method, tolerance=tolerance if tolerance is not None else "per run (fill.tolerance, else 0.01)",
         runs=[RewriterRun(run=r.run, rewriter=r.rewriter, gaps=len(r.gaps),
-                          statuses=dict(Counter(str(g.get("status")) for g in r.gaps))) for r in runs],
+                          statuses=dict(Counter(str(g.status) for g in r.gaps))) for r in runs],
         rewriters=score_rewriters(runs, tolerance))
 
 

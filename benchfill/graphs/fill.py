@@ -55,6 +55,7 @@ from benchfill.graphs.prescreen import TextPrior
 from benchfill.irt.placement import place_children
 from benchfill.irt.scale import Scale
 from benchfill.memory.bank import MemoryBank, MemoryItem
+from benchfill.memory.record import PLACED_STATUSES, CandidateRecord, CandidateStatus, GapStatus
 from benchfill.models.client import CallResult, CallsFailed, SyncModelClient
 from benchfill.models.config import ModelConfig, RunConfig
 from benchfill.models.evaluate import Progress, failure_text, run_evaluation
@@ -211,7 +212,7 @@ def propose(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
         lo, hi = gap.lo, gap.hi
     target = (lo + hi) / 2
     design = gap_design(ctx.attainable_d, target, ctx.params.tolerance)
-    ctx.bank.upsert_gap(state.method, index, lo=lo, hi=hi, target=target, status="searching", rounds=0,
+    ctx.bank.upsert_gap(state.method, index, lo=lo, hi=hi, target=target, status=GapStatus.SEARCHING, rounds=0,
                         n_candidates=0, note=design.note, tolerance=design.tolerance, resolution=design.resolution)
     _emit(runtime, node="propose_gaps", method=state.method, gap=index, target=target, note=design.note)
     return {"gap_index": index, "lo": lo, "hi": hi, "target": target, "round": 0, "parents": [],
@@ -269,14 +270,16 @@ def rewrite(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     # recorded and left out (labelling it again would count the same item's answers twice)
     seen = dict(ctx.text_keys)
     for c in ctx.bank.candidates(state.method, state.gap_index):
-        if c["question"] and c["round"] < state.round:
-            seen.setdefault(text_key(c["question"]), c["id"])
-    rows, ids = [], []
+        if c.question and c.round < state.round:
+            seen.setdefault(text_key(c.question), c.id)
+    rows: list[CandidateRecord] = []
+    ids: list[str] = []
     for pi, parent, res in results:
         kids = res.parsed.children[: p.children_per_parent] if res.parsed is not None else []
         if not kids:  # malformed after the bounded re-asks: dropped, and recorded
             cid = candidate_id(state.method, state.gap_index, state.round, pi, 0)
-            rows.append(_candidate_row(state, cid, parent.id, "", "", rewriter, status="rewrite_failed",
+            rows.append(_candidate_row(state, cid, parent.id, "", "", rewriter,
+                                       status=CandidateStatus.REWRITE_FAILED,
                                        error=res.error or "no children"))
             continue
         for ci, kid in enumerate(kids):
@@ -284,12 +287,12 @@ def rewrite(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
             key = text_key(kid.question)
             if key in seen:
                 rows.append(_candidate_row(state, cid, parent.id, kid.question, kid.answer, rewriter,
-                                           status="duplicate", error=f"repeats {seen[key]}",
+                                           status=CandidateStatus.DUPLICATE, error=f"repeats {seen[key]}",
                                            format=_as_item(ctx, parent).format))
                 continue
             seen[key] = cid
             rows.append(_candidate_row(state, cid, parent.id, kid.question, kid.answer, rewriter,
-                                       status="proposed", format=_as_item(ctx, parent).format))
+                                       status=CandidateStatus.PROPOSED, format=_as_item(ctx, parent).format))
             ids.append(cid)
     ctx.bank.upsert_candidates(rows)
     _emit(runtime, node="rewrite", method=state.method, gap=state.gap_index, round=state.round, children=len(ids))
@@ -299,22 +302,24 @@ def rewrite(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
 def validate(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     ctx = runtime.context
     judge = ctx.config.judge
-    cands = [ctx.bank.candidate(cid) for cid in state.children]
+    cands = _children(ctx, state)
 
-    async def one(cand: dict[str, Any]):
-        messages = validity_messages(cand["question"], cand["answer"], ctx.prompts)
+    async def one(cand: CandidateRecord):
+        messages = validity_messages(cand.question or "", cand.answer or "", ctx.prompts)
         return cand, await ctx.client.client.complete_json(judge, messages, Verdict, role="judge")
 
     results = ctx.client.run(_all(one(c) for c in cands))
     _stop_on_failed_calls(r for _, r in results)
     for cand, res in results:
+        fields: dict[str, Any]
         if res.parsed is None:
-            fields = {"valid": 0, "verdict": "", "status": "invalid", "error": f"judge: {res.error}"}
+            fields = {"valid": False, "verdict": None, "status": CandidateStatus.INVALID,
+                      "error": f"judge: {res.error}"}
         else:
             ok = res.parsed.well_posed and res.parsed.answer_correct
-            fields = {"valid": int(ok), "verdict": res.parsed.model_dump_json(), "judge": judge.label,
-                      "status": "valid" if ok else "invalid", "error": ""}
-        ctx.bank.update_candidate(cand["id"], **fields)
+            fields = {"valid": ok, "verdict": res.parsed.model_dump(), "judge": judge.label,
+                      "status": CandidateStatus.VALID if ok else CandidateStatus.INVALID, "error": ""}
+        ctx.bank.update_candidate(cand.id, **fields)
     n_valid = sum(1 for _, r in results if r.parsed is not None and r.parsed.well_posed and r.parsed.answer_correct)
     _emit(runtime, node="validate", method=state.method, gap=state.gap_index, round=state.round, valid=n_valid)
     return {}
@@ -322,13 +327,12 @@ def validate(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
 
 def label(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     ctx = runtime.context
-    cands = [c for c in (ctx.bank.candidate(cid) for cid in state.children)
-             if c["status"] in ("valid", "labelled", "placed")]
+    cands = [c for c in _children(ctx, state)
+             if c.status in (CandidateStatus.VALID, CandidateStatus.LABELLED, CandidateStatus.PLACED)]
     if cands and ctx.params.labelling == "adaptive":
         _label_adaptive(ctx, state, cands)
     elif cands:
-        items = [Item(id=c["id"], question=c["question"], answer=c["answer"], format=c.get("format") or None)
-                 for c in cands]
+        items = [_candidate_item(c) for c in cands]
         run_cfg = ctx.config.model_copy(update={"panel": ctx.panel})
         out = ctx.label_dir / f"{state.method}-g{state.gap_index}-r{state.round}"
         result = ctx.client.run(run_evaluation(items, run_cfg, out, client=ctx.client.client,
@@ -337,25 +341,25 @@ def label(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
             raise CallsFailed(result.failure_errors)
         counts = _read_counts(Path(result.responses_path))
         for c in cands:
-            ctx.bank.update_candidate(c["id"], counts=counts.get(c["id"], {}), status="labelled")
+            ctx.bank.update_candidate(c.id, counts=counts.get(c.id, {}), status=CandidateStatus.LABELLED)
     _emit(runtime, node="label", method=state.method, gap=state.gap_index, round=state.round, labelled=len(cands))
     return {}
 
 
 def place(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     ctx = runtime.context
-    fresh = {c["id"] for c in (ctx.bank.candidate(cid) for cid in state.children) if c["status"] == "labelled"}
+    fresh = {c.id for c in _children(ctx, state) if c.status == CandidateStatus.LABELLED}
     if fresh:
         place_gap(ctx, state)
     best = ctx.bank.best_candidate(state.method, state.gap_index, state.target)
-    best_p = None if best is None else best["p_within"]
+    best_p = None if best is None else best.p_within
     record = state.best_p_record
     improved = best_p is not None and (record is None or best_p >= record + ctx.params.min_gain)
     _emit(runtime, node="place", method=state.method, gap=state.gap_index, round=state.round,
-          best_deviation=None if best is None else best["deviation"], best_p=best_p,
-          best_p_inside=None if best is None else best["p_inside"])
-    return {"best_id": None if best is None else best["id"],
-            "best_deviation": None if best is None else best["deviation"], "best_p": best_p,
+          best_deviation=None if best is None else best.deviation, best_p=best_p,
+          best_p_inside=None if best is None else best.p_inside)
+    return {"best_id": None if best is None else best.id,
+            "best_deviation": None if best is None else best.deviation, "best_p": best_p,
             "best_p_record": max(x for x in (record, best_p, -1.0) if x is not None),
             "stale_rounds": 0 if improved else state.stale_rounds + 1}
 
@@ -367,25 +371,26 @@ def place_gap(ctx: FillContext, state: FillState, counts: dict[str, dict[str, li
     and P(|d - t| <= the gap's tolerance). ``counts``: answers to use instead of the stored ones (the confirmation's);
     returns the fields by child id."""
     cands = [c for c in ctx.bank.candidates(state.method, state.gap_index)
-             if c["status"] in ("labelled", "placed", "chosen")]
+             if c.status in (CandidateStatus.LABELLED, *PLACED_STATUSES)]
     if not cands:
         return {}
     models = ctx.scale.models
     counts = counts or {}
-    rows = [counts.get(c["id"], c["counts"] or {}) for c in cands]
+    rows = [counts.get(c.id, c.counts or {}) for c in cands]
     k = np.array([[r.get(m, [0, 0])[0] for m in models] for r in rows], dtype=np.int64)
     n = np.array([[r.get(m, [0, 0])[1] for m in models] for r in rows], dtype=np.int64)
     tol = state.tolerance if state.tolerance is not None else ctx.params.tolerance
     placed = place_children(ctx.scale, k, n, np.array([[state.lo, state.hi], [state.target - tol, state.target + tol]]))
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for i, c in enumerate(cands):
-        fields = {"b": float(placed.b_mean[i]), "b_sd": float(placed.b_sd[i]), "d": float(placed.d[i]),
-                  "d_sd": float(placed.d_sd[i]), "deviation": float(abs(placed.d[i] - state.target)),
-                  "p_inside": float(placed.probabilities[i, 0]), "p_within": float(placed.probabilities[i, 1])}
-        status = "placed" if c["status"] == "labelled" else c["status"]
-        ctx.bank.update_candidate(c["id"], status=status, **({"counts": counts[c["id"]]} if c["id"] in counts
-                                                             else {}), **fields)
-        out[c["id"]] = fields
+        fields: dict[str, Any] = {
+            "b": float(placed.b_mean[i]), "b_sd": float(placed.b_sd[i]), "d": float(placed.d[i]),
+            "d_sd": float(placed.d_sd[i]), "deviation": float(abs(placed.d[i] - state.target)),
+            "p_inside": float(placed.probabilities[i, 0]), "p_within": float(placed.probabilities[i, 1])}
+        status = CandidateStatus.PLACED if c.status == CandidateStatus.LABELLED else c.status
+        ctx.bank.update_candidate(c.id, status=status, **({"counts": counts[c.id]} if c.id in counts
+                                                          else {}), **fields)
+        out[c.id] = fields
     ctx.bank.upsert_gap(state.method, state.gap_index, children_mu=placed.population_mu,
                         children_sigma=placed.population_sigma)
     return out
@@ -414,15 +419,15 @@ def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     if best is None or not p.confirm_max_rollouts:
         return {}
     models = list(ctx.scale.models)
-    counts = {m: list(best["counts"].get(m, [0, 0])) for m in models}
+    counts = {m: list((best.counts or {}).get(m, [0, 0])) for m in models}
     # rollout indices below these were asked in the search (full labelling: 0..rollouts - 1; adaptive: at most
     # adaptive_rollout_factor x rollouts): confirmation asks only new ones, so no answer is counted twice
     factor = p.adaptive_rollout_factor if p.labelling == "adaptive" else 1
     by_label = {m.label: m.rollouts for m in ctx.panel}
     next_index = {m: max(counts[m][1], by_label[m] * factor) for m in models}
     steps: list[dict[str, Any]] = []
-    fields = {"p_inside": best["p_inside"], "p_within": best["p_within"], "d": best["d"], "d_sd": best["d_sd"]}
-    item = Item(id=best["id"], question=best["question"], answer=best["answer"], format=best.get("format") or None)
+    fields = {"p_inside": best.p_inside, "p_within": best.p_within, "d": best.d, "d_sd": best.d_sd}
+    item = _candidate_item(best)
     while fields["p_inside"] < p.fill_level:
         level = min(min(next_index.values()) + p.confirm_step, p.confirm_max_rollouts)
         plan = [(0, j, r) for j, m in enumerate(models) for r in range(next_index[m], level)]
@@ -433,17 +438,17 @@ def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
             next_index[m] = max(next_index[m], r + 1)
             if a is not None:  # None: the answer was not a trial (logged by the grader)
                 counts[m] = [counts[m][0] + a, counts[m][1] + 1]
-        fields = place_gap(ctx, state, {best["id"]: counts})[best["id"]]
+        fields = place_gap(ctx, state, {best.id: counts})[best.id]
         steps.append({"rollouts": level, "asked": len(plan), **fields})
     if steps:
-        ctx.bank.update_candidate(best["id"], confirm_steps=len(steps))
+        ctx.bank.update_candidate(best.id, confirm_steps=len(steps))
         from benchfill.io import atomic_write_json
 
         out = ctx.label_dir / f"{state.method}-g{state.gap_index}-confirm"
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / "confirm.json", {"child": best["id"], "models": models,
-                                                 "before": {"p_inside": best["p_inside"], "p_within": best["p_within"], "d": best["d"],
-                                                            "d_sd": best["d_sd"]},
+        atomic_write_json(out / "confirm.json", {"child": best.id, "models": models,
+                                                 "before": {"p_inside": best.p_inside, "p_within": best.p_within,
+                                                            "d": best.d, "d_sd": best.d_sd},
                                                  "steps": steps, "counts": counts})
     _emit(runtime, node="confirm", method=state.method, gap=state.gap_index, steps=len(steps),
           p_inside=fields["p_inside"])
@@ -455,28 +460,30 @@ def finalize(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     best = ctx.bank.best_candidate(state.method, state.gap_index, state.target)
     all_cands = ctx.bank.candidates(state.method, state.gap_index)
     usage = ctx.bank.gap_usage(state.method, state.gap_index)
-    common = {"rounds": state.round, "n_candidates": sum(1 for c in all_cands if c["question"]),
-              "cost": usage["cost"]}
+    common = {"rounds": state.round, "n_candidates": sum(1 for c in all_cands if c.question),
+              "cost": usage.cost}
     if best is None:
-        ctx.bank.upsert_gap(state.method, state.gap_index, status="unfilled", chosen=None, chosen_d=None,
+        ctx.bank.upsert_gap(state.method, state.gap_index, status=GapStatus.UNFILLED, chosen=None, chosen_d=None,
                             chosen_d_sd=None, chosen_gap_sd=None, deviation=None, p_inside=None, p_within=None,
                             note=f"no valid, placed child after {state.round} rounds", **common)
         _emit(runtime, node="finalize", method=state.method, gap=state.gap_index, filled=False)
         return {"skipped": state.skipped + [(state.lo, state.hi)]}
     level = ctx.params.fill_level
-    filled = best["p_inside"] >= level
-    note = "" if filled else (f"placed near, P(inside) = {best['p_inside']:.2f} (below the level {level:g})")
-    design = ctx.bank.gap(state.method, state.gap_index) or {}
-    if design.get("note") and design["note"] not in note:
-        note = "; ".join(x for x in (note, design["note"]) if x)
-    ctx.bank.upsert_gap(state.method, state.gap_index, status="filled" if filled else "near", chosen=best["id"],
-                        chosen_d=best["d"], chosen_d_sd=best["d_sd"], chosen_gap_sd=best["b_sd"] / ctx.scale.span,
-                        deviation=best["deviation"], p_inside=best["p_inside"], p_within=best["p_within"], note=note, **common)
-    ctx.bank.update_candidate(best["id"], status="chosen")
+    assert best.p_inside is not None and best.d is not None and best.b_sd is not None, best.id  # it is placed
+    filled = best.p_inside >= level
+    note = "" if filled else (f"placed near, P(inside) = {best.p_inside:.2f} (below the level {level:g})")
+    design = ctx.bank.gap(state.method, state.gap_index)
+    if design is not None and design.note and design.note not in note:
+        note = "; ".join(x for x in (note, design.note) if x)
+    ctx.bank.upsert_gap(state.method, state.gap_index, status=GapStatus.FILLED if filled else GapStatus.NEAR,
+                        chosen=best.id, chosen_d=best.d, chosen_d_sd=best.d_sd,
+                        chosen_gap_sd=best.b_sd / ctx.scale.span, deviation=best.deviation, p_inside=best.p_inside,
+                        p_within=best.p_within, note=note, **common)
+    ctx.bank.update_candidate(best.id, status=CandidateStatus.CHOSEN)
     _emit(runtime, node="finalize", method=state.method, gap=state.gap_index, filled=filled,
-          deviation=best["deviation"], p_inside=best["p_inside"])
-    update: dict[str, Any] = {"inserted": state.inserted + [float(best["d"])]}
-    if not state.lo < best["d"] < state.hi:  # it landed outside: do not propose the same gap again
+          deviation=best.deviation, p_inside=best.p_inside)
+    update: dict[str, Any] = {"inserted": state.inserted + [float(best.d)]}
+    if not state.lo < best.d < state.hi:  # it landed outside: do not propose the same gap again
         update["skipped"] = state.skipped + [(state.lo, state.hi)]
     return update
 
@@ -488,15 +495,14 @@ NODE_FUNCTIONS: dict[str, Callable[..., dict[str, Any]]] = {
 }
 
 
-def _label_adaptive(ctx: FillContext, state: FillState, cands: list[dict[str, Any]]) -> None:
+def _label_adaptive(ctx: FillContext, state: FillState, cands: list[CandidateRecord]) -> None:
     """``labelling = "adaptive"``: the round's valid children answered step by step by the most informative panel
     models until each is decided (:mod:`benchfill.graphs.adaptive`). Every answer goes through the call cache
     under the same key full labelling would use (model, messages, rollout index), and the schedule depends only on
     the answers, so a re-run of this node repeats the same steps from the cache and pays for no call twice."""
     by_label = {m.label: m for m in ctx.panel}
     models = [by_label[m] for m in ctx.scale.models]
-    items = [Item(id=c["id"], question=c["question"], answer=c["answer"], format=c.get("format") or None)
-             for c in cands]
+    items = [_candidate_item(c) for c in cands]
 
     def ask(plan: list[tuple[int, int, int]]) -> list[int | None]:
         return _ask_panel(ctx, items, plan)
@@ -505,8 +511,8 @@ def _label_adaptive(ctx: FillContext, state: FillState, cands: list[dict[str, An
     incumbent = np.inf
     z = ctx.params.adaptive_z
     for c in ctx.bank.candidates(state.method, state.gap_index):
-        if c["round"] < state.round and c["status"] in ("placed", "chosen") and c["d"] is not None:
-            incumbent = min(incumbent, abs(c["d"] - state.target) + z * (c["d_sd"] or 0.0))
+        if c.round < state.round and c.placed and c.d is not None:
+            incumbent = min(incumbent, abs(c.d - state.target) + z * (c.d_sd or 0.0))
     predicted = None if ctx.prescreen is None else ctx.prescreen.predict_items(items)
     result = adaptive_label(ctx.scale, state.target, [m.rollouts for m in models], len(items), ask, ctx.params,
                             incumbent_u=incumbent, predicted_b=predicted,
@@ -524,8 +530,9 @@ def _label_adaptive(ctx: FillContext, state: FillState, cands: list[dict[str, An
     for i, c in enumerate(cands):
         counts = {m: [int(result.n_correct[i, j]), int(result.n_trials[i, j])]
                   for j, m in enumerate(ctx.scale.models) if result.asked[i, j] > 0}
-        ctx.bank.update_candidate(c["id"], counts=counts, status="labelled", answers=int(result.answers[i]),
-                                  labelling=result.status[i], label_note=result.notes[i],
+        ctx.bank.update_candidate(c.id, counts=counts, status=CandidateStatus.LABELLED,
+                                  answers=int(result.answers[i]), labelling=result.status[i],
+                                  label_note=result.notes[i],
                                   prescreen_d=None if predicted is None else float(ctx.scale.normalise(predicted[i])))
 
 
@@ -595,15 +602,28 @@ def _as_item(ctx: FillContext, m: MemoryItem) -> Item:
     if m.id in ctx.by_id:
         return ctx.by_id[m.id]
     cand = ctx.bank.candidate(m.id)
-    return Item(id=m.id, question=m.question, answer=m.answer, format=(cand or {}).get("format") or None)
+    return Item.model_validate({"id": m.id, "question": m.question, "answer": m.answer,
+                                "format": (cand.format if cand else None) or None})
+
+
+def _children(ctx: FillContext, state: FillState) -> list[CandidateRecord]:
+    """The round's children (``state.children``), as the bank holds them."""
+    out = [ctx.bank.candidate(cid) for cid in state.children]
+    assert all(c is not None for c in out), state.children  # the rewrite step wrote each one
+    return [c for c in out if c is not None]
+
+
+def _candidate_item(c: CandidateRecord) -> Item:
+    """A child as an item to answer (the panel) or to rewrite (a parent)."""
+    return Item.model_validate({"id": c.id, "question": c.question, "answer": c.answer, "format": c.format or None})
 
 
 def _candidate_row(state: FillState, cid: str, parent: str, question: str, answer: str, rewriter: ModelConfig,
-                   *, status: str, error: str = "", format: str | None = None) -> dict[str, Any]:
-    return {"id": cid, "method": state.method, "gap": state.gap_index, "round": state.round, "parent": parent,
-            "question": question, "answer": answer, "rewriter": rewriter.label, "judge": "", "valid": 0,
-            "verdict": "", "counts": {}, "b": None, "b_sd": None, "d": None, "d_sd": None, "deviation": None,
-            "status": status, "error": error, "format": format or ""}
+                   *, status: CandidateStatus, error: str = "", format: str | None = None) -> CandidateRecord:
+    return CandidateRecord(id=cid, method=state.method, gap=state.gap_index, round=state.round, parent=parent,
+                           question=question, answer=answer, rewriter=rewriter.label, judge="", valid=False,
+                           verdict=None, counts={}, b=None, b_sd=None, d=None, d_sd=None, deviation=None,
+                           status=status, error=error, format=format or "")
 
 
 def _read_counts(path: Path) -> dict[str, dict[str, list[int]]]:

@@ -11,6 +11,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from benchfill.memory.bank import REVIEW_APPROVALS_NEEDED
+from benchfill.memory.views import GapTrace, ReviewEntry, ReviewItem
 
 
 def _f(x: float | None, nd: int = 3) -> str:
@@ -91,50 +92,50 @@ def fill_summary_table(summary: dict[str, Any]) -> Group:
     return Group(t, legend, *notes, r)
 
 
-def trace_tree(data: dict[str, Any], full: bool = False) -> Tree:
+def trace_tree(data: GapTrace, full: bool = False) -> Tree:
     """A gap's search as a tree: rounds -> parents -> children with verdict, panel counts and placement.
 
     Model- and user-written text (questions, judge reasons, errors, ids) goes in as :class:`rich.text.Text`, never
     as markup: ``[/INST]`` in an answer is printed as written. ``full`` prints whole questions (else 70 chars)."""
-    head = Text.assemble((f"{data['method']} gap {data['gap']}", "bold"),
-                         f": [{data['lo']:.3f}, {data['hi']:.3f}] target {data['target']:.3f}, {data['status']}")
-    if data["chosen"]:
-        head.append(f", chosen {data['chosen']} d = {_f(data['chosen_d'])} ± {_f(data['chosen_d_sd'])}")
-        if data.get("p_inside") is not None:
-            head.append(f", P(inside) {data['p_inside']:.2f}, P(|d - t| <= {_f(data.get('tolerance'))}) "
-                        f"{data['p_within']:.2f}")
-    u = data["usage"]
-    head.append(f"  (calls {int(u['calls'])}, tokens {int(u['tokens'])}, cost ${u['cost']:.4f})")
-    if data.get("simulated"):
+    head = Text.assemble((f"{data.method} gap {data.gap}", "bold"),
+                         f": [{_f(data.lo)}, {_f(data.hi)}] target {_f(data.target)}, {data.status}")
+    if data.chosen:
+        head.append(f", chosen {data.chosen} d = {_f(data.chosen_d)} ± {_f(data.chosen_d_sd)}")
+        if data.p_inside is not None:
+            head.append(f", P(inside) {data.p_inside:.2f}, P(|d - t| <= {_f(data.tolerance)}) "
+                        f"{_f(data.p_within, 2)}")
+    u = data.usage
+    head.append(f"  (calls {int(u.calls)}, tokens {int(u.tokens)}, cost ${u.cost:.4f})")
+    if data.simulated:
         head.append(" SIMULATED", "yellow")
     tree = Tree(head)
-    for r in data["rounds"]:
-        ru = r["usage"]
-        branch = tree.add(Text(f"round {r['round']}  (calls {int(ru['calls'])}, cost ${ru['cost']:.4f})"))
-        for p in r["parents"]:
-            pb = branch.add(Text(f"parent {p['id']} ({p['kind']}, d = {_f(p['d'])})"))
-            for c in (c for c in r["children"] if c["parent"] == p["id"]):
-                text = " ".join((c["question"] or "").split())
+    for r in data.rounds:
+        ru = r.usage
+        branch = tree.add(Text(f"round {r.round}  (calls {int(ru.calls)}, cost ${ru.cost:.4f})"))
+        for p in r.parents:
+            pb = branch.add(Text(f"parent {p.id} ({p.kind}, d = {_f(p.d)})"))
+            for c in (c for c in r.children if c.parent == p.id):
+                text = " ".join((c.question or "").split())
                 if not full:
                     text = text[:70]
-                line = Text(f"{c['id']}: {c['status']}")
-                if c["d"] is not None:
-                    line.append(f"  d = {c['d']:.3f} ± {_f(c['d_sd'])}  |d - t| = {_f(c['deviation'])}")
-                    if c.get("p_inside") is not None:
-                        line.append(f"  P(inside) {c['p_inside']:.2f}  P(within tol) {c['p_within']:.2f}")
-                if c["counts"]:
-                    k = sum(v[0] for v in c["counts"].values())
-                    n = sum(v[1] for v in c["counts"].values())
+                line = Text(f"{c.id}: {c.status}")
+                if c.d is not None:
+                    line.append(f"  d = {c.d:.3f} ± {_f(c.d_sd)}  |d - t| = {_f(c.deviation)}")
+                    if c.p_inside is not None:
+                        line.append(f"  P(inside) {c.p_inside:.2f}  P(within tol) {_f(c.p_within, 2)}")
+                if c.counts:
+                    k = sum(v[0] for v in c.counts.values())
+                    n = sum(v[1] for v in c.counts.values())
                     line.append(f"  panel {k}/{n}")
-                if c.get("labelling"):
-                    line.append(f"  adaptive: {c['labelling']} ({c.get('label_note') or ''})")
-                if c.get("prescreen_d") is not None:
-                    line.append(f"  pre-screen d = {c['prescreen_d']:.3f}")
-                if c["verdict"] and not c["valid"]:
-                    line.append(f"  judge: {str(c['verdict'].get('reason', ''))[:60]}")
-                if c["error"]:
-                    line.append(f"  {str(c['error'])[:60]}", "red")
-                if c["id"] == data["chosen"]:
+                if c.labelling:
+                    line.append(f"  adaptive: {c.labelling} ({c.label_note or ''})")
+                if c.prescreen_d is not None:
+                    line.append(f"  pre-screen d = {c.prescreen_d:.3f}")
+                if c.verdict and not c.valid:
+                    line.append(f"  judge: {str(c.verdict.get('reason', ''))[:60]}")
+                if c.error:
+                    line.append(f"  {str(c.error)[:60]}", "red")
+                if c.id == data.chosen:
                     line.append(" <- chosen")
                     line.stylize("bold green")
                 line.append("\n")
@@ -143,54 +144,54 @@ def trace_tree(data: dict[str, Any], full: bool = False) -> Tree:
     return tree
 
 
-def review_table(queue: list[dict[str, Any]]) -> Table:
+def review_table(queue: list[ReviewEntry]) -> Table:
     """The review queue, one row per chosen item (text printed literally)."""
     t = Table(title=f"review queue (accepted after {REVIEW_APPROVALS_NEEDED} approvals and no standing rejection; "
                     "details: --show ID)", title_justify="left")
     for col in ("candidate", "gap", "target", "d ± SD", "P(inside)", "approvals", "rejections", "status", "question"):
         t.add_column(col)
     for q in queue:
-        t.add_row(Text(str(q["candidate"])), str(q["gap"]), _f(q["target"]), f"{_f(q['d'])} ± {_f(q['d_sd'])}",
-                  _f(q.get("p_inside"), 2),
-                  str(q["approvals"]), str(q["rejections"]), q["status"],
-                  Text(" ".join(str(q["question"]).split())[:80]))
+        t.add_row(Text(str(q.candidate)), str(q.gap), _f(q.target), f"{_f(q.d)} ± {_f(q.d_sd)}",
+                  _f(q.p_inside, 2),
+                  str(q.approvals), str(q.rejections), str(q.status),
+                  Text(" ".join(str(q.question).split())[:80]))
     return t
 
 
-def review_detail(d: dict[str, Any]) -> Group:
+def review_detail(d: ReviewItem) -> Group:
     """One queued item in full: question, reference answer, judge verdict and reason, panel counts per model,
     placement with its interval against the target and tolerance, the votes."""
     lines: list[Any] = []
-    head = Text.assemble((f"candidate {d['candidate']}", "bold"), f"  gap {d['gap']}  status {d['status']} "
-                         f"({d['approvals']} approval(s), {d['rejections']} rejection(s); {d['rule']})")
-    if d.get("simulated"):
+    head = Text.assemble((f"candidate {d.candidate}", "bold"), f"  gap {d.gap}  status {d.status} "
+                         f"({d.approvals} approval(s), {d.rejections} rejection(s); {d.rule})")
+    if d.simulated:
         head.append("  SIMULATED", "yellow")
     lines.append(head)
     lines.append(Text("question:", "bold"))
-    lines.append(Text(d["question"] or ""))
-    lines.append(Text.assemble(("reference answer: ", "bold"), d["answer"] or ""))
-    v = d.get("verdict") or {}
-    lines.append(Text.assemble(("judge: ", "bold"), f"{d.get('judge') or '-'}: "
-                               f"{'valid' if d.get('valid') else 'invalid'}; {v.get('reason', '') or 'no reason given'}"))
-    p = d["placement"]
+    lines.append(Text(d.question or ""))
+    lines.append(Text.assemble(("reference answer: ", "bold"), d.answer or ""))
+    v = d.verdict or {}
+    lines.append(Text.assemble(("judge: ", "bold"), f"{d.judge or '-'}: "
+                               f"{'valid' if d.valid else 'invalid'}; {v.get('reason', '') or 'no reason given'}"))
+    p = d.placement
     lines.append(Text.assemble(("placement: ", "bold"),
-                               f"d = {_f(p['d'])} ± {_f(p['d_sd'])}, 90 % interval [{_f(p['d_lo'])}, {_f(p['d_hi'])}]; "
-                               f"target {_f(p['target'])} ± tolerance {_f(p['tolerance'])} in gap "
-                               f"[{_f(p['lo'])}, {_f(p['hi'])}]; |d - t| = {_f(p['deviation'])}; b = {_f(p['b'])} ± "
-                               f"{_f(p['b_sd'])}; P(inside the gap) = {_f(p.get('p_inside'), 2)}, "
-                               f"P(within tolerance) = {_f(p.get('p_within'), 2)}"))
-    lines.append(Text.assemble(("rewriter: ", "bold"), f"{d.get('rewriter') or '-'}; parent {d.get('parent') or '-'}"))
+                               f"d = {_f(p.d)} ± {_f(p.d_sd)}, 90 % interval [{_f(p.d_lo)}, {_f(p.d_hi)}]; "
+                               f"target {_f(p.target)} ± tolerance {_f(p.tolerance)} in gap "
+                               f"[{_f(p.lo)}, {_f(p.hi)}]; |d - t| = {_f(p.deviation)}; b = {_f(p.b)} ± "
+                               f"{_f(p.b_sd)}; P(inside the gap) = {_f(p.p_inside, 2)}, "
+                               f"P(within tolerance) = {_f(p.p_within, 2)}"))
+    lines.append(Text.assemble(("rewriter: ", "bold"), f"{d.rewriter or '-'}; parent {d.parent or '-'}"))
     t = Table(title="panel counts per model", title_justify="left")
     for col in ("model", "correct", "trials", "accuracy"):
         t.add_column(col, justify="left" if col == "model" else "right")
-    for model, (k, n) in sorted((d.get("counts") or {}).items()):
+    for model, (k, n) in sorted((d.counts or {}).items()):
         t.add_row(Text(str(model)), str(k), str(n), f"{k / n:.2f}" if n else "-")
     lines.append(t)
-    if d["reviews"]:
+    if d.reviews:
         r = Table(title="reviews", title_justify="left")
         for col in ("reviewer", "decision", "note"):
             r.add_column(col)
-        for rv in d["reviews"]:
-            r.add_row(Text(str(rv["reviewer"])), rv["decision"], Text(str(rv.get("note") or "")))
+        for rv in d.reviews:
+            r.add_row(Text(str(rv.reviewer)), str(rv.decision), Text(str(rv.note or "")))
         lines.append(r)
     return Group(*lines)

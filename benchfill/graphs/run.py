@@ -30,6 +30,7 @@ from benchfill.io import atomic_write_json, atomic_write_text
 from benchfill.irt.model import IRTSpec, SamplerSettings
 from benchfill.irt.scale import Scale
 from benchfill.memory.bank import MemoryBank
+from benchfill.memory.record import CHOSEN_GAP_STATUSES, GapStatus
 from benchfill.models.config import ModelConfig, RunConfig, load_config, validate_config
 from benchfill.models.prompts import PromptLibrary
 
@@ -289,7 +290,7 @@ class FillRun:
         bf = run_search(self.ctx, ckpt, FillState(method="benchfill", n_gaps=self.opts.n_gaps, fixed_gaps=fixed),
                         resume=self.opts.resume, on_event=self.on_event)
         if self.opts.compare:
-            rounds = [g["rounds"] for g in self.bank.gaps("benchfill")]
+            rounds = [g.rounds or 0 for g in self.bank.gaps("benchfill")]
             run_search(self.ctx, ckpt, FillState(method="baseline", n_gaps=self.opts.n_gaps, fixed_gaps=fixed,
                                                  budget_rounds=rounds), resume=self.opts.resume,
                        on_event=self.on_event)
@@ -317,17 +318,17 @@ def summarise(bank: MemoryBank, d: np.ndarray, n_gaps: int, simulated: bool, dia
         gaps = bank.gaps(method)
         if not gaps:
             continue
-        chosen = [g for g in gaps if g["status"] in CHOSEN]
-        inserted = [g["chosen_d"] for g in chosen]
-        devs = [g["deviation"] for g in chosen]
+        chosen = [g for g in gaps if g.status in CHOSEN]
+        inserted = [g.chosen_d for g in chosen if g.chosen_d is not None]
+        devs = [g.deviation for g in chosen if g.deviation is not None]
         methods[method] = {
-            "gaps": [{**{k: g.get(k) for k in GAP_FIELDS}, **_gap_calls(bank, method, g["gap"])} for g in gaps],
-            "filled": sum(g["status"] == "filled" for g in gaps),
+            "gaps": [{**{k: getattr(g, k) for k in GAP_FIELDS}, **_gap_calls(bank, method, g.gap)} for g in gaps],
+            "filled": sum(g.status == GapStatus.FILLED for g in gaps),
             "chosen": len(chosen),
             "top3_reduction": top_k_reduction(d, inserted, 3),
             "mean_deviation": float(np.mean(devs)) if devs else None,
-            "candidates": int(sum(g["n_candidates"] or 0 for g in gaps)),
-            "cost": float(sum(g["cost"] or 0.0 for g in gaps)),
+            "candidates": int(sum(g.n_candidates or 0 for g in gaps)),
+            "cost": float(sum(g.cost or 0.0 for g in gaps)),
         }
     oracle = oracle_insertions(d, n_gaps)
     out = {
@@ -346,16 +347,14 @@ def summarise(bank: MemoryBank, d: np.ndarray, n_gaps: int, simulated: bool, dia
     return out
 
 
-CHOSEN = ("filled", "near")  # a child was chosen: "filled" at P(inside) >= fill_level, else "near"
+CHOSEN = CHOSEN_GAP_STATUSES  # a child was chosen: "filled" at P(inside) >= fill_level, else "near"
 GAP_FIELDS = ("gap", "lo", "hi", "target", "status", "chosen", "chosen_d", "chosen_d_sd", "chosen_gap_sd", "deviation", "p_inside",
               "p_within", "tolerance", "resolution", "children_mu", "children_sigma", "rounds", "n_candidates", "cost", "stop_reason", "note")
 
 
 def _gap_calls(bank: MemoryBank, method: str, gap: int) -> dict[str, int]:
     """Panel calls of one gap: the search's labelling and the chosen child's confirmation."""
-    rows = bank.db.execute("select node, coalesce(sum(calls), 0) from usage where method = ? and gap = ? and node in "
-                           "('label', 'confirm') group by node", [method, gap]).fetchall()
-    by = dict(rows)
+    by = bank.calls_by_node(method, gap)
     return {"search_calls": int(by.get("label", 0)), "confirm_calls": int(by.get("confirm", 0))}
 
 
@@ -375,22 +374,23 @@ def true_gap_figures(out: str | Path, method: str = "benchfill") -> list[dict[st
     try:
         rows = []
         for g in bank.gaps(method):
-            if g["status"] not in CHOSEN:
+            if g.status not in CHOSEN:
                 continue
-            chosen = bank.candidate(g["chosen"])
-            assert chosen is not None, g["chosen"]  # a gap's chosen item is one of its candidates
-            q = chosen["question"]
+            assert g.chosen is not None and g.target is not None and g.lo is not None and g.hi is not None, g.gap
+            chosen = bank.candidate(g.chosen)
+            assert chosen is not None and chosen.question is not None, g.chosen  # one of the gap's candidates
+            q = chosen.question
             if truth is not None:
                 true_d = truth[text_key(q)]
             else:
                 true_d = float(sc.normalise(np.array([latent_from_text(q)]))[0])
-            calls = _gap_calls(bank, method, g["gap"])
-            rows.append({"gap": g["gap"], "calls": calls["search_calls"], "confirm_calls": calls["confirm_calls"],
-                         "true_d": true_d, "true_dev": abs(true_d - g["target"]),
-                         "truly_inside": bool(g["lo"] < true_d < g["hi"]), "dev": g["deviation"],
-                         "sd": g["chosen_d_sd"], "p_inside": g["p_inside"], "p_within": g["p_within"],
-                         "status": g["status"], "rounds": g["rounds"], "lo": g["lo"], "hi": g["hi"],
-                         "target": g["target"]})
+            calls = _gap_calls(bank, method, g.gap)
+            rows.append({"gap": g.gap, "calls": calls["search_calls"], "confirm_calls": calls["confirm_calls"],
+                         "true_d": true_d, "true_dev": abs(true_d - g.target),
+                         "truly_inside": bool(g.lo < true_d < g.hi), "dev": g.deviation,
+                         "sd": g.chosen_d_sd, "p_inside": g.p_inside, "p_within": g.p_within,
+                         "status": g.status, "rounds": g.rounds, "lo": g.lo, "hi": g.hi,
+                         "target": g.target})
         return rows
     finally:
         bank.close()

@@ -80,10 +80,10 @@ def report_data(run_dir: str | Path, bank: MemoryBank | None = None) -> dict[str
             summary = json.loads((run_dir / "summary.json").read_text())
         methods: dict[str, list[dict[str, Any]]] = {}
         for method in ("benchfill", "baseline"):
-            traces = [gap_trace(bank, method, g["gap"]) for g in bank.gaps(method)]
+            traces = [gap_trace(bank, method, g.gap).model_dump() for g in bank.gaps(method)]
             if traces:
                 methods[method] = traces
-        queue = [review_item(bank, q["candidate"]) for q in review_queue(bank)]
+        queue = [review_item(bank, q.candidate).model_dump() for q in review_queue(bank)]
         return {"run": str(run_dir), "simulated": bool(bank.meta("simulated")),
                 "tolerance": (bank.meta("params") or {}).get("tolerance"), "rule": REVIEW_RULE,
                 "diagnosis": diag, "summary": summary, "methods": methods, "queue": queue}

@@ -61,8 +61,8 @@ class ViewServer:
                 item = review_item(bank, cid)
             finally:
                 bank.close()
-        return {"candidate": cid, "status": item["status"], "approvals": item["approvals"],
-                "rejections": item["rejections"], "reviews": item["reviews"]}
+        return {"candidate": cid, "status": item.status, "approvals": item.approvals,
+                "rejections": item.rejections, "reviews": [r.model_dump() for r in item.reviews]}
 
     def serve_in_thread(self) -> "ViewServer":
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
