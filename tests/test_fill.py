@@ -658,3 +658,39 @@ def test_kills_at_random_moments_repay_at_most_the_calls_in_flight(tmp_path, ben
         assert all(per_model[m] - distinct[m] <= 4 * kills for m in per_model), per_model - distinct
     finally:
         server.stop()
+
+
+def test_racing_confirmation_halves_its_finalists_and_keeps_to_the_gap_budget(tmp_path, bench):
+    """confirm_finalists = 3: the three children most likely within tolerance are confirmed together, the weaker
+    half dropped after each step (3 -> 2 -> 1), and the gap's choice is one of them; gap_call_budget stops the
+    confirmation before a step that would pass it."""
+    items, resp = bench
+    cfg = tmp_path / "race.toml"
+    cfg.write_text(SIM_CONFIG.format(invalid_rate=0.1, max_rounds=2, tolerance=0.01).replace(
+        "confirm_max_rollouts = 12", "confirm_max_rollouts = 16\nconfirm_finalists = 3\nfill_level = 0.999"))
+    res = fill(items, resp, cfg, tmp_path / "out")
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "out"
+    summary = json.loads((out / "summary.json").read_text())
+    for g in summary["methods"]["benchfill"]["gaps"]:
+        folder = out / "labels" / f"benchfill-g{g['gap']}-confirm"
+        finalists = json.loads((folder / "finalists.json").read_text())["finalists"]
+        conf = json.loads((folder / "confirm.json").read_text())
+        assert len(finalists) == 3 and g["chosen"] in finalists and conf["child"] == g["chosen"]
+        assert [len(s["racing"]) for s in conf["steps"]] == [3, 2, 1][: len(conf["steps"])]
+        assert [s["rollouts"] for s in conf["steps"]] == [8, 12, 16][: len(conf["steps"])]
+        # the survivors of each step are the best of those that raced it
+        for prev, nxt in zip(conf["steps"], conf["steps"][1:]):
+            assert set(nxt["racing"]) <= set(prev["racing"])
+        # each model answered the finalists exactly as far as they raced (4 search + 4 per step raced)
+        for cid, per_model in conf["counts_finalists"].items():
+            raced = sum(cid in s["racing"] for s in conf["steps"])
+            assert all(n == 4 + 4 * raced for _, n in per_model.values()), (cid, raced)
+    # a budget that the search alone nearly spends: confirmation asks nothing that would pass it
+    first = summary["methods"]["benchfill"]["gaps"][0]
+    budget = first["search_calls"] + 6 * 4 * 3 + 5  # room for one step of 3 finalists (6 models x 4), not two
+    cfg.write_text(cfg.read_text().replace("confirm_finalists = 3", f"confirm_finalists = 3\ngap_call_budget = {budget}"))
+    res = fill(items, resp, cfg, tmp_path / "out_budget", "--gaps", "1")
+    assert res.exit_code == 0, res.output
+    g = json.loads((tmp_path / "out_budget" / "summary.json").read_text())["methods"]["benchfill"]["gaps"][0]
+    assert g["search_calls"] + g["confirm_calls"] <= budget and g["confirm_calls"] == 6 * 4 * 3

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import re
 import sqlite3
 from dataclasses import dataclass, field
@@ -408,56 +409,127 @@ def stop(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     return {"stop": reason is not None, "stop_reason": reason or ""}
 
 
+def _finalists_file(ctx: FillContext, state: FillState) -> Path:
+    """Where the confirmation writes down its finalists (before its first call)."""
+    return ctx.label_dir / f"{state.method}-g{state.gap_index}-confirm" / "finalists.json"
+
+
+def _chosen(ctx: FillContext, state: FillState) -> CandidateRecord | None:
+    """The gap's choice: the best of the confirmed finalists where confirmation ran (fresh answers undo the
+    selection's optimism only for them), else the best placed child (:meth:`MemoryBank.best_candidate`)."""
+    path = _finalists_file(ctx, state)
+    if path.exists():
+        top = ctx.bank.top_candidates(state.method, state.gap_index, state.target, 1,
+                                      json.loads(path.read_text())["finalists"])
+        if top:
+            return top[0]
+    return ctx.bank.best_candidate(state.method, state.gap_index, state.target)
+
+
 def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
-    """Confirmation: the chosen child answered ``confirm_step`` more times by every panel model, step by step,
-    until its P(d inside the gap) reaches ``fill_level`` or each model has answered it ``confirm_max_rollouts``
-    times. Every answer goes through the call cache (rollout indices after the ones it has), and each step depends
-    only on the answers, so a re-run of this node repeats the same steps from the cache."""
+    """Confirmation: the ``confirm_finalists`` children most likely within tolerance (the chosen one alone by
+    default) are answered ``confirm_step`` more times by every panel model, step by step; after each step all of the
+    gap's children are placed again and the weaker half of the finalists is dropped (successive halving, ordered as
+    :meth:`~benchfill.memory.bank.MemoryBank.best_candidate`). It ends when the leading finalist's P(d inside the
+    gap) reaches ``fill_level``, when each model has answered the finalists ``confirm_max_rollouts`` times, or before
+    a step that would take the gap past ``gap_call_budget`` panel calls (search + confirmation). ``finalize`` then
+    chooses among the re-placed children.
+
+    Resumable: every answer goes through the call cache (rollout indices after the ones a child has), the finalists
+    are written down before the first call, and which of them are still racing follows from their rollouts (the
+    survivors of s steps are the ones at the highest level, and the rule keeps ceil(m / 2^s) of them), so a re-run of
+    this node continues the same steps from the cache."""
     ctx = runtime.context
     p = ctx.params
-    best = ctx.bank.best_candidate(state.method, state.gap_index, state.target)
-    if best is None or not p.confirm_max_rollouts:
+    if not p.confirm_max_rollouts:
         return {}
     models = list(ctx.scale.models)
-    counts = {m: list((best.counts or {}).get(m, [0, 0])) for m in models}
+    chosen_file = _finalists_file(ctx, state)
+    out = chosen_file.parent
+    if chosen_file.exists():
+        finalist_ids = json.loads(chosen_file.read_text())["finalists"]
+    else:
+        finalist_ids = [c.id for c in ctx.bank.top_candidates(state.method, state.gap_index, state.target,
+                                                              p.confirm_finalists)]
+        if not finalist_ids:
+            return {}
+        from benchfill.io import atomic_write_json
+
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(chosen_file, {"finalists": finalist_ids})
+    records = {cid: ctx.bank.candidate(cid) for cid in finalist_ids}
+    finalists = {cid: c for cid, c in records.items() if c is not None}
+    before = {cid: {"p_inside": c.p_inside, "p_within": c.p_within, "d": c.d, "d_sd": c.d_sd}
+              for cid, c in finalists.items()}
+    counts = {cid: {m: list((c.counts or {}).get(m, [0, 0])) for m in models} for cid, c in finalists.items()}
     # rollout indices below these were asked in the search (full labelling: 0..rollouts - 1; adaptive: at most
     # adaptive_rollout_factor x rollouts): confirmation asks only new ones, so no answer is counted twice
     factor = p.adaptive_rollout_factor if p.labelling == "adaptive" else 1
     by_label = {m.label: m.rollouts for m in ctx.panel}
-    next_index = {m: max(counts[m][1], by_label[m] * factor) for m in models}
+    base = {m: by_label[m] * factor for m in models}
+    next_index = {cid: {m: max(counts[cid][m][1], base[m]) for m in models} for cid in finalists}
+    search_calls = ctx.bank.calls_by_node(state.method, state.gap_index).get("label", 0)
+
+    def level(cid: str) -> int:
+        return min(next_index[cid].values())
+
+    def confirm_calls() -> int:
+        return sum(max(0, next_index[cid][m] - base[m]) for cid in finalists for m in models)
+
+    def order(ids: list[str]) -> list[str]:  # best_candidate's order, on the current placements
+        return [c.id for c in ctx.bank.top_candidates(state.method, state.gap_index, state.target, len(ids), ids)]
+
     steps: list[dict[str, Any]] = []
-    fields = {"p_inside": best.p_inside, "p_within": best.p_within, "d": best.d, "d_sd": best.d_sd}
-    item = _candidate_item(best)
-    while fields["p_inside"] < p.fill_level:
-        level = min(min(next_index.values()) + p.confirm_step, p.confirm_max_rollouts)
-        plan = [(0, j, r) for j, m in enumerate(models) for r in range(next_index[m], level)]
+    first_level = min(base.values())
+    leader = order(list(finalists))[0] if finalists else None
+    while leader is not None:
+        top = max(level(cid) for cid in finalists)
+        racing = [cid for cid in finalists if level(cid) == top]
+        done = (top - first_level) // p.confirm_step if top > first_level else 0
+        keep = max(1, -(-len(finalists) // 2**done))  # ceil(m / 2^s)
+        racing = order(racing)[:keep]
+        leader = racing[0]
+        lead = ctx.bank.candidate(leader)
+        if lead is not None and (lead.p_inside or 0.0) >= p.fill_level:
+            break
+        target_level = min(top + p.confirm_step, p.confirm_max_rollouts)
+        plan = [(i, j, r) for i, cid in enumerate(racing) for j, m in enumerate(models)
+                for r in range(next_index[cid][m], target_level)]
         if not plan:
-            break  # every model has answered it confirm_max_rollouts times
-        for (_, j, r), a in zip(plan, _ask_panel(ctx, [item], plan)):
-            m = models[j]
-            next_index[m] = max(next_index[m], r + 1)
+            break  # every model has answered them confirm_max_rollouts times
+        if p.gap_call_budget and search_calls + confirm_calls() + len(plan) > p.gap_call_budget:
+            break  # the next step would pass the gap's budget
+        items = [_candidate_item(finalists[cid]) for cid in racing]
+        for (i, j, r), a in zip(plan, _ask_panel(ctx, items, plan)):
+            cid, m = racing[i], models[j]
+            next_index[cid][m] = max(next_index[cid][m], r + 1)
             if a is not None:  # None: the answer was not a trial (logged by the grader)
-                counts[m] = [counts[m][0] + a, counts[m][1] + 1]
-        fields = place_gap(ctx, state, {best.id: counts})[best.id]
-        steps.append({"rollouts": level, "asked": len(plan), **fields})
+                counts[cid][m] = [counts[cid][m][0] + a, counts[cid][m][1] + 1]
+        placed = place_gap(ctx, state, {cid: counts[cid] for cid in finalists})
+        steps.append({"rollouts": target_level, "asked": len(plan), "racing": racing,
+                      **{k: placed[racing[0]][k] for k in ("p_inside", "p_within", "d", "d_sd")},
+                      "finalists": {cid: placed[cid] for cid in racing}})
     if steps:
-        ctx.bank.update_candidate(best.id, confirm_steps=len(steps))
+        for cid in finalists:
+            if level(cid) > first_level:
+                ctx.bank.update_candidate(cid, confirm_steps=sum(cid in st["racing"] for st in steps))
         from benchfill.io import atomic_write_json
 
-        out = ctx.label_dir / f"{state.method}-g{state.gap_index}-confirm"
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / "confirm.json", {"child": best.id, "models": models,
-                                                 "before": {"p_inside": best.p_inside, "p_within": best.p_within,
-                                                            "d": best.d, "d_sd": best.d_sd},
-                                                 "steps": steps, "counts": counts})
+        first = finalist_ids[0]
+        atomic_write_json(out / "confirm.json", {"child": leader, "finalists": finalist_ids, "models": models,
+                                                 "before": before.get(first, {}), "before_finalists": before,
+                                                 "steps": steps, "counts": counts.get(leader, {}),
+                                                 "counts_finalists": counts})
+    best = ctx.bank.candidate(leader) if leader is not None else None
     _emit(runtime, node="confirm", method=state.method, gap=state.gap_index, steps=len(steps),
-          p_inside=fields["p_inside"])
+          p_inside=None if best is None else best.p_inside)
     return {}
 
 
 def finalize(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     ctx = runtime.context
-    best = ctx.bank.best_candidate(state.method, state.gap_index, state.target)
+    best = _chosen(ctx, state)
     all_cands = ctx.bank.candidates(state.method, state.gap_index)
     usage = ctx.bank.gap_usage(state.method, state.gap_index)
     common = {"rounds": state.round, "n_candidates": sum(1 for c in all_cands if c.question),

@@ -242,11 +242,21 @@ class MemoryBank:
     def best_candidate(self, method: str, gap: int, target: float) -> CandidateRecord | None:
         """The valid, placed child most likely within tolerance of the target so far: the largest
         P(|d - t| <= tolerance), then the largest P(d inside the gap), then the nearest d (ties: smaller id)."""
-        row = self.db.execute(
-            "select id from candidates where method = ? and gap = ? and status in (?, ?) "
-            "order by coalesce(p_within, 0) desc, coalesce(p_inside, 0) desc, abs(d - ?), id limit 1",
-            [method, gap, *(s.value for s in PLACED_STATUSES), target]).fetchone()
-        return None if row is None else self.candidate(row[0])
+        top = self.top_candidates(method, gap, target, 1)
+        return top[0] if top else None
+
+    def top_candidates(self, method: str, gap: int, target: float, k: int, among: Iterable[str] | None = None
+                       ) -> list[CandidateRecord]:
+        """The ``k`` first placed children in :meth:`best_candidate`'s order (the confirmation's finalists);
+        ``among``: only these ids."""
+        ids = None if among is None else list(among)
+        where = "" if ids is None else f" and id in ({', '.join('?' * len(ids))})"
+        rows = self.db.execute(
+            f"select id from candidates where method = ? and gap = ? and status in (?, ?){where} "
+            "order by coalesce(p_within, 0) desc, coalesce(p_inside, 0) desc, abs(d - ?), id limit ?",
+            [method, gap, *(s.value for s in PLACED_STATUSES), *(ids or []), target, int(k)]).fetchall()
+        out = [self.candidate(r[0]) for r in rows]
+        return [c for c in out if c is not None]
 
     def placed(self, method: str, gap: int) -> list[MemoryItem]:
         """Valid, labelled candidates of one gap's search (they join the memory as potential parents)."""

@@ -195,6 +195,12 @@ class FillParams(BaseModel):
     # P(inside) reaches fill_level or each model has answered it confirm_max_rollouts times (0: no confirmation)
     confirm_step: int = Field(default=4, ge=1, le=1000)
     confirm_max_rollouts: int = Field(default=32, ge=0, le=100_000)
+    # racing: the confirm_finalists children most likely within tolerance are confirmed together, the weaker half
+    # dropped after each step (successive halving), so the choice is made among well-measured children
+    confirm_finalists: int = Field(default=1, ge=1, le=16)
+    # panel calls one gap may spend, search + confirmation (0: no limit): confirmation stops before a step that
+    # would pass it (so arms of a comparison can be held to equal budgets)
+    gap_call_budget: int = Field(default=0, ge=0)
     seed_items: int = Field(default=16, ge=1)
     sequential: bool = True  # recompute the gaps after each filled gap (else: a fixed list from the start)
     display_scale: float = Field(default=10.0, gt=0)  # difficulties shown to the rewriter on 0-10, not 0-1
