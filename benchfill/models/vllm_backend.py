@@ -198,10 +198,13 @@ def _serve(conn: Any, model: str, args: dict[str, Any], parent: int | None = Non
 
 
 class _EngineProcess:
-    """A model's engine in its own spawned process; :meth:`close` ends it (and frees its GPU memory)."""
+    """A model's engine in its own spawned process; :meth:`close` ends it (and frees its GPU memory). It ends with
+    this process too (:func:`_serve`), whichever thread started it (:func:`benchfill.forking.on_a_lasting_thread`)."""
 
     def __init__(self, model: str, args: Mapping[str, Any]) -> None:
         import multiprocessing as mp
+
+        from benchfill.forking import on_a_lasting_thread
 
         ctx = mp.get_context("spawn")  # CUDA cannot be re-initialised in a forked child
         self._conn, child = ctx.Pipe()
@@ -209,7 +212,10 @@ class _EngineProcess:
         # daemonic process may not do; an exit hook ends it instead
         self.process = ctx.Process(target=_serve, args=(child, model, dict(args), os.getpid()), name=f"vllm:{model}",
                                    daemon=False)
-        self.process.start()
+        # started on a thread that lasts as long as this process: its death signal comes when the thread that forked
+        # it ends, and the engine is usually asked for on an asyncio.to_thread worker (ModelClient._vllm_batch), whose
+        # executor asyncio.run shuts down at its end while the client, and its engine, may be used again
+        on_a_lasting_thread(self.process.start)
         child.close()
         self._model = model
         import atexit
