@@ -660,6 +660,7 @@ def test_kills_at_random_moments_repay_at_most_the_calls_in_flight(tmp_path, ben
         server.stop()
 
 
+@pytest.mark.slow  # ~10 s: two whole fills
 def test_racing_confirmation_halves_its_finalists_and_keeps_to_the_gap_budget(tmp_path, bench):
     """confirm_finalists = 3: the three children most likely within tolerance are confirmed together, the weaker
     half dropped after each step (3 -> 2 -> 1), and the gap's choice is one of them; gap_call_budget stops the

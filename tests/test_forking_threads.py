@@ -215,7 +215,7 @@ def run_parent(what: str, starter: str, arg: str, kill_after: list[int], *, env:
     return out
 
 
-STARTERS = ["main", "thread", "to_thread", "executor", "langgraph"]
+STARTERS = ["main", "thread", "to_thread", "executor", pytest.param("langgraph", marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("starter", STARTERS)
@@ -237,6 +237,7 @@ def _local_reason() -> str | None:
     return unavailable_reason()
 
 
+@pytest.mark.slow  # > 2 s
 @pytest.mark.skipif(_local_reason() is not None, reason=f"local LLM lane skipped: {_local_reason()}")
 def test_the_real_local_server_started_on_a_thread_that_returns_keeps_serving_and_dies_with_its_process(
         kill_after):
@@ -295,6 +296,7 @@ def test_a_vllm_engine_started_on_any_thread_outlives_it_and_dies_with_its_proce
     assert out["gone_after_parent_killed_s"] is not None, "the engine outlived its SIGKILLed parent"
 
 
+@pytest.mark.slow  # ~2 s
 def test_a_model_client_keeps_its_vllm_engine_from_one_asyncio_run_to_the_next(tmp_path, kill_after, fake_vllm_env):
     """The path the models layer takes: ModelClient._vllm_batch asks for the engine on an asyncio.to_thread worker;
     a client used by two asyncio.run calls (run_sync from a script or a notebook) still has its engine in the

@@ -98,6 +98,7 @@ def test_pathological_comparison_times_out_on_the_main_thread():
     assert took < LIMIT + MARGIN, took
 
 
+@pytest.mark.slow  # > 2 s: the full suite (CI) runs it, the fast lane does not
 def test_pathological_comparison_times_out_on_another_thread():
     box = {}
 
@@ -113,6 +114,7 @@ def test_pathological_comparison_times_out_on_another_thread():
     assert box["took"] < LIMIT + MARGIN, box["took"]
 
 
+@pytest.mark.slow  # > 2 s: the full suite (CI) runs it, the fast lane does not
 def test_pathological_grade_times_out_inside_a_running_event_loop():
     item = Item(id="q", question="Expand.", answer=SLOW[0], format="math")
     response = f"So the answer is $\\boxed{{{SLOW[1]}}}$."
@@ -136,6 +138,7 @@ def test_pathological_grade_times_out_inside_a_running_event_loop():
         assert not is_form_failure(result) and not result.retryable
 
 
+@pytest.mark.slow  # > 2 s: the full suite (CI) runs it, the fast lane does not
 def test_a_closed_form_whose_value_takes_too_long_is_a_timed_out_numeric_answer():
     warm()
     result, took = timed(grade, Item(id="q", question="?", answer="3", format="numeric"), f"\\boxed{{{SLOW_VALUE}}}")
@@ -148,6 +151,7 @@ def test_a_closed_form_whose_value_takes_too_long_is_a_timed_out_numeric_answer(
     assert grading.latex_value("2\\sqrt{2}") == pytest.approx(2 * 2 ** 0.5)
 
 
+@pytest.mark.slow  # > 2 s: the full suite (CI) runs it, the fast lane does not
 def test_the_worker_is_replaced_after_a_timeout():
     first = warm()
     assert grading.symbolic_outcome(*SLOW) is MathOutcome.TIMED_OUT
@@ -159,6 +163,7 @@ def test_the_worker_is_replaced_after_a_timeout():
     assert grading.symbolic_worker_pids() == [second]  # reused
 
 
+@pytest.mark.slow  # > 2 s: the full suite (CI) runs it, the fast lane does not
 def test_the_event_loop_keeps_running_while_a_grade_waits_in_the_worker():
     item = Item(id="q", question="Expand.", answer=SLOW[0], format="math")
 
@@ -196,6 +201,7 @@ def test_a_worker_started_on_a_thread_that_ended_still_serves():
     assert grading.symbolic_worker_pids() == [pid]
 
 
+@pytest.mark.slow  # > 2 s: the full suite (CI) runs it, the fast lane does not
 def test_no_worker_remains_after_close(fresh):
     pid = warm()
     assert pid in children()
@@ -216,6 +222,7 @@ def test_cheap_answers_start_no_worker():
     assert grading.symbolic_worker_pids() == []
 
 
+@pytest.mark.slow  # > 2 s: the full suite (CI) runs it, the fast lane does not
 def test_a_worker_that_dies_mid_comparison_fails_the_comparison_without_memoising_it():
     pid = warm()
     killer = threading.Timer(0.3, os.kill, args=(pid, 9))
@@ -298,6 +305,7 @@ def alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow  # > 2 s each
 @pytest.mark.parametrize("end", ["exit", "sigkill"])
 def test_workers_end_with_their_parent(end):
     """However the parent ends (a normal exit, its exit hook; SIGKILL, die_with_parent), no worker outlives it: a
