@@ -14,22 +14,13 @@ import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from procs import alive
 
 from benchfill import forking
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc (Linux)")
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie, waiting for its reaper, is not)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return text[text.rindex(")") + 2:].split()[0] != "Z"
 
 
 def gone_within(pid: int, seconds: float) -> float | None:

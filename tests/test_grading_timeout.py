@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+from procs import alive, process_table
 
 from benchfill.data import Item
 from benchfill.models import grading, symbolic
@@ -31,18 +32,7 @@ pytestmark = pytest.mark.timeout(120)  # a regression fails here rather than han
 
 def children() -> dict[int, str]:
     """This process's child processes (pid -> state letter; a zombie, "Z", is one not yet waited for)."""
-    found = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid():
-            found[int(name)] = fields[0]
-    return found
+    return {pid: state for pid, (parent, state) in process_table().items() if parent == os.getpid()}
 
 
 def assert_gone(pids: list[int]) -> None:
@@ -295,14 +285,6 @@ print(grading.symbolic_worker_pids(), flush=True)
 if sys.argv[1] == "hang":
     time.sleep(600)
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.slow  # > 2 s each

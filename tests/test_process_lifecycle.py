@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from procs import alive, process_table
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)")
 
@@ -21,29 +22,13 @@ SHM = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
 
 def children_of(pid: int) -> set[int]:
     """Every live descendant of ``pid`` (from /proc: each process's parent)."""
-    parent: dict[int, int] = {}
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            text = Path(stat).read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2:].split()
-        parent[int(stat.split("/")[2])] = int(fields[1])
+    parent = {p: pp for p, (pp, _) in process_table().items()}
     out: set[int] = set()
     frontier = {pid}
     while frontier:
         frontier = {p for p, pp in parent.items() if pp in frontier} - out
         out |= frontier
     return out
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie, waiting for its reaper, is not)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return text[text.rindex(")") + 2:].split()[0] != "Z"
 
 
 def shared_files(pid: int) -> list[str]:
