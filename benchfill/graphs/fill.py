@@ -414,13 +414,18 @@ def _finalists_file(ctx: FillContext, state: FillState) -> Path:
     return ctx.label_dir / f"{state.method}-g{state.gap_index}-confirm" / "finalists.json"
 
 
+def _finalists(ctx: FillContext, state: FillState) -> list[str] | None:
+    """The ids the gap's confirmation raced, or None where it has not started."""
+    path = _finalists_file(ctx, state)
+    return json.loads(path.read_text())["finalists"] if path.exists() else None
+
+
 def _chosen(ctx: FillContext, state: FillState) -> CandidateRecord | None:
     """The gap's choice: the best of the confirmed finalists where confirmation ran (fresh answers undo the
     selection's optimism only for them), else the best placed child (:meth:`MemoryBank.best_candidate`)."""
-    path = _finalists_file(ctx, state)
-    if path.exists():
-        top = ctx.bank.top_candidates(state.method, state.gap_index, state.target, 1,
-                                      json.loads(path.read_text())["finalists"])
+    finalists = _finalists(ctx, state)
+    if finalists:
+        top = ctx.bank.top_candidates(state.method, state.gap_index, state.target, 1, finalists)
         if top:
             return top[0]
     return ctx.bank.best_candidate(state.method, state.gap_index, state.target)
@@ -444,11 +449,9 @@ def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     if not p.confirm_max_rollouts:
         return {}
     models = list(ctx.scale.models)
-    chosen_file = _finalists_file(ctx, state)
-    out = chosen_file.parent
-    if chosen_file.exists():
-        finalist_ids = json.loads(chosen_file.read_text())["finalists"]
-    else:
+    out = _finalists_file(ctx, state).parent
+    finalist_ids = _finalists(ctx, state)
+    if finalist_ids is None:
         finalist_ids = [c.id for c in ctx.bank.top_candidates(state.method, state.gap_index, state.target,
                                                               p.confirm_finalists)]
         if not finalist_ids:
@@ -456,7 +459,7 @@ def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
         from benchfill.io import atomic_write_json
 
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(chosen_file, {"finalists": finalist_ids})
+        atomic_write_json(_finalists_file(ctx, state), {"finalists": finalist_ids})
     records = {cid: ctx.bank.candidate(cid) for cid in finalist_ids}
     finalists = {cid: c for cid, c in records.items() if c is not None}
     before = {cid: {"p_inside": c.p_inside, "p_within": c.p_within, "d": c.d, "d_sd": c.d_sd}
@@ -476,21 +479,18 @@ def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     def confirm_calls() -> int:
         return sum(max(0, next_index[cid][m] - base[m]) for cid in finalists for m in models)
 
-    def order(ids: list[str]) -> list[str]:  # best_candidate's order, on the current placements
-        return [c.id for c in ctx.bank.top_candidates(state.method, state.gap_index, state.target, len(ids), ids)]
+    def ranked(ids: list[str]) -> list[CandidateRecord]:  # best_candidate's order, on the current placements
+        return ctx.bank.top_candidates(state.method, state.gap_index, state.target, len(ids), ids)
 
     steps: list[dict[str, Any]] = []
     first_level = min(base.values())
-    leader = order(list(finalists))[0] if finalists else None
-    while leader is not None:
+    lead: CandidateRecord | None = None
+    while finalists:
         top = max(level(cid) for cid in finalists)
-        racing = [cid for cid in finalists if level(cid) == top]
-        done = (top - first_level) // p.confirm_step if top > first_level else 0
-        keep = max(1, -(-len(finalists) // 2**done))  # ceil(m / 2^s)
-        racing = order(racing)[:keep]
-        leader = racing[0]
-        lead = ctx.bank.candidate(leader)
-        if lead is not None and (lead.p_inside or 0.0) >= p.fill_level:
+        keep = max(1, -(-len(finalists) // 2 ** ((top - first_level) // p.confirm_step)))  # ceil(m / 2^steps)
+        order = ranked([cid for cid in finalists if level(cid) == top])[:keep]
+        racing, lead = [c.id for c in order], order[0]
+        if (lead.p_inside or 0.0) >= p.fill_level:
             break
         target_level = min(top + p.confirm_step, p.confirm_max_rollouts)
         plan = [(i, j, r) for i, cid in enumerate(racing) for j, m in enumerate(models)
@@ -509,10 +509,11 @@ def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
         steps.append({"rollouts": target_level, "asked": len(plan), "racing": racing,
                       **{k: placed[racing[0]][k] for k in ("p_inside", "p_within", "d", "d_sd")},
                       "finalists": {cid: placed[cid] for cid in racing}})
+    leader = None if lead is None else lead.id
     if steps:
         for cid in finalists:
-            if level(cid) > first_level:
-                ctx.bank.update_candidate(cid, confirm_steps=sum(cid in st["racing"] for st in steps))
+            if level(cid) > first_level:  # its steps, from its rollouts (so a re-run of the node counts them too)
+                ctx.bank.update_candidate(cid, confirm_steps=-(-(level(cid) - first_level) // p.confirm_step))
         from benchfill.io import atomic_write_json
 
         out.mkdir(parents=True, exist_ok=True)
@@ -521,7 +522,7 @@ def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
                                                  "before": before.get(first, {}), "before_finalists": before,
                                                  "steps": steps, "counts": counts.get(leader, {}),
                                                  "counts_finalists": counts})
-    best = ctx.bank.candidate(leader) if leader is not None else None
+    best = None if leader is None else ctx.bank.candidate(leader)  # its placement after the last step
     _emit(runtime, node="confirm", method=state.method, gap=state.gap_index, steps=len(steps),
           p_inside=None if best is None else best.p_inside)
     return {}
