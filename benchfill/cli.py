@@ -15,6 +15,7 @@ import typer
 from benchfill.cli_support import (
     JsonFlagCommand,
     StatusLine,
+    Terminated,
     console,
     err_console,
     friendly_errors,
@@ -619,7 +620,7 @@ def local_server(
     from benchfill.models.local_server import DEFAULT_PORT, LocalServerError
 
     def _terminate(*_: object) -> None:
-        raise KeyboardInterrupt
+        raise Terminated  # not a plain KeyboardInterrupt: see cli_support.Interrupted
 
     signal.signal(signal.SIGTERM, _terminate)  # a plain kill stops the server too
     try:

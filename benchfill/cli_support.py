@@ -120,7 +120,17 @@ def quiet_libraries() -> None:
 _MAIN_PID = os.getpid()
 
 
-class Terminated(KeyboardInterrupt):
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT): stops the command, exit 130.
+
+    A subclass, never ``KeyboardInterrupt`` itself, for a reason in CPython: a plain KeyboardInterrupt that is
+    raised inside code run from a string (``exec``/``eval``: dataclasses, namedtuples and many imports build
+    functions so) sets the interpreter's "unhandled Ctrl-C" flag even when a caller catches it, and the process
+    then ends by re-raising SIGINT after its own clean exit (return code -2, whatever exit code it chose; seen
+    when a SIGTERM arrived while local-server imported httpx). The flag's test is by exact type."""
+
+
+class Terminated(Interrupted):
     """SIGTERM (a scheduler, ``kill``, a closed session): stops the command like Ctrl-C, exit 143."""
 
 
@@ -138,11 +148,11 @@ def _on_sigint(signum, frame) -> None:  # pragma: no cover - exercised in a subp
         # ForkPoolWorker traceback
         signal.signal(signum, signal.SIG_IGN)
         return
-    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+    raise Terminated if signum == signal.SIGTERM else Interrupted
 
 
 def install_sigint_handler() -> None:
-    """Ctrl-C and SIGTERM raise KeyboardInterrupt (SIGTERM: its subclass :class:`Terminated`) in the command's
+    """Ctrl-C and SIGTERM raise KeyboardInterrupt (:class:`Interrupted`; SIGTERM: :class:`Terminated`) in the command's
     process only, so every ``finally`` runs (shared arrays unlinked, workers stopped, nothing partial written);
     forked workers inherit a handler that ignores them (the terminal sends SIGINT to the whole process group), so
     they print no tracebacks, and they end with the command (:func:`benchfill.forking.die_with_parent`)."""

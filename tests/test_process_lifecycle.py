@@ -431,3 +431,23 @@ def test_a_server_whose_parent_ended_before_its_exec_does_not_start():
     finally:
         mine.kill()
         mine.wait()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_caught_inside_code_built_from_a_string_keeps_the_commands_exit_code(signum):
+    """CPython ends a process by re-raising SIGINT (return code -2, its own exit code ignored) when a plain
+    KeyboardInterrupt was raised inside ``exec``/``eval`` of a string, even if a caller caught it: dataclasses and
+    many imports run code so, and local-server, stopped while importing httpx, exited -2 after printing "stopped".
+    The CLI's handlers raise subclasses, which that exact-type test does not see."""
+    script = (
+        "import os, signal, sys\n"
+        "from benchfill.cli_support import install_sigint_handler\n"
+        "install_sigint_handler()\n"
+        "try:\n"
+        f"    exec('os.kill(os.getpid(), {int(signum)})\\nfor _ in range(10**6): pass')\n"
+        "except KeyboardInterrupt as exc:\n"
+        "    print(type(exc).__name__)\n"
+    )  # and it ends normally: exit code 0
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert done.stdout.strip() == ("Terminated" if signum == signal.SIGTERM else "Interrupted")
