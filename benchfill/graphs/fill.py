@@ -34,7 +34,7 @@ import re
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, NamedTuple
 
 import numpy as np
 from langgraph.runtime import Runtime
@@ -67,6 +67,14 @@ NODES = ("propose_gaps", "seed_memory", "select_parents", "rewrite", "validate",
          "confirm", "finalize")
 
 
+class OpenGap(NamedTuple):
+    """The gap being filled: its ends and target on the normalised scale d."""
+
+    lo: float
+    hi: float
+    target: float
+
+
 class FillState(BaseModel):
     """Progress of one search (one method) over all its gaps."""
 
@@ -93,6 +101,13 @@ class FillState(BaseModel):
     fixed_gaps: list[tuple[float, float]] = Field(default_factory=list)  # when not sequential
     budget_rounds: list[int] = Field(default_factory=list)  # baseline: BenchFill's rounds per gap
     finished: bool = False
+
+    @property
+    def gap(self) -> OpenGap:
+        """The open gap (set by ``propose_gaps``; every later node runs inside one)."""
+        if self.lo is None or self.hi is None or self.target is None:
+            raise RuntimeError(f"{self.method}: no gap is open (gap index {self.gap_index})")
+        return OpenGap(self.lo, self.hi, self.target)
 
 
 @dataclass
@@ -223,7 +238,7 @@ def propose(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
 
 def seed_memory(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     ctx = runtime.context
-    t = state.target
+    t = state.gap.target
     nearest_items = sorted(range(len(ctx.items)), key=lambda i: (abs(ctx.d[i] - t), ctx.items[i].id))
     rows = []
     for i in nearest_items[: ctx.params.seed_items]:
@@ -238,7 +253,7 @@ def seed_memory(state: FillState, runtime: Runtime[FillContext]) -> dict[str, An
 
 def choose_parents(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     ctx = runtime.context
-    parents = select_parents(_memory_for(ctx, state), state.target, ctx.params.parents)
+    parents = select_parents(_memory_for(ctx, state), state.gap.target, ctx.params.parents)
     return {"parents": [m.id for m in parents], "round": state.round + 1, "children": []}
 
 
@@ -247,13 +262,14 @@ def rewrite(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     p = ctx.params
     memory = {m.id: m for m in _memory_for(ctx, state)}
     blind = state.method == "baseline"
-    rewriter = ctx.config.rewriter
+    rewriter = ctx.config.role("rewriter")
+    t = state.gap.target
 
     async def one(pi: int, parent: MemoryItem):
-        refs = [] if blind else select_references(list(memory.values()), state.target, parent.id, p.references)
+        refs = [] if blind else select_references(list(memory.values()), t, parent.id, p.references)
         parent_item = _as_item(ctx, parent)
         messages = rewrite_messages(
-            parent_item, target=None if blind else to_display(state.target, p.display_scale),
+            parent_item, target=None if blind else to_display(t, p.display_scale),
             parent_difficulty=None if blind else to_display(parent.d, p.display_scale),
             references=[(r.question, to_display(r.d, p.display_scale)) for r in refs],
             n_children=p.children_per_parent, library=ctx.prompts,
@@ -302,7 +318,7 @@ def rewrite(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
 
 def validate(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     ctx = runtime.context
-    judge = ctx.config.judge
+    judge = ctx.config.role("judge")
     cands = _children(ctx, state)
 
     async def one(cand: CandidateRecord):
@@ -352,7 +368,7 @@ def place(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     fresh = {c.id for c in _children(ctx, state) if c.status == CandidateStatus.LABELLED}
     if fresh:
         place_gap(ctx, state)
-    best = ctx.bank.best_candidate(state.method, state.gap_index, state.target)
+    best = ctx.bank.best_candidate(state.method, state.gap_index, state.gap.target)
     best_p = None if best is None else best.p_within
     record = state.best_p_record
     improved = best_p is not None and (record is None or best_p >= record + ctx.params.min_gain)
@@ -381,12 +397,13 @@ def place_gap(ctx: FillContext, state: FillState, counts: dict[str, dict[str, li
     k = np.array([[r.get(m, [0, 0])[0] for m in models] for r in rows], dtype=np.int64)
     n = np.array([[r.get(m, [0, 0])[1] for m in models] for r in rows], dtype=np.int64)
     tol = state.tolerance if state.tolerance is not None else ctx.params.tolerance
-    placed = place_children(ctx.scale, k, n, np.array([[state.lo, state.hi], [state.target - tol, state.target + tol]]))
+    lo, hi, t = state.gap
+    placed = place_children(ctx.scale, k, n, np.array([[lo, hi], [t - tol, t + tol]]))
     out: dict[str, dict[str, Any]] = {}
     for i, c in enumerate(cands):
         fields: dict[str, Any] = {
             "b": float(placed.b_mean[i]), "b_sd": float(placed.b_sd[i]), "d": float(placed.d[i]),
-            "d_sd": float(placed.d_sd[i]), "deviation": float(abs(placed.d[i] - state.target)),
+            "d_sd": float(placed.d_sd[i]), "deviation": float(abs(placed.d[i] - t)),
             "p_inside": float(placed.probabilities[i, 0]), "p_within": float(placed.probabilities[i, 1])}
         status = CandidateStatus.PLACED if c.status == CandidateStatus.LABELLED else c.status
         ctx.bank.update_candidate(c.id, status=status, **({"counts": counts[c.id]} if c.id in counts
@@ -425,10 +442,10 @@ def _chosen(ctx: FillContext, state: FillState) -> CandidateRecord | None:
     selection's optimism only for them), else the best placed child (:meth:`MemoryBank.best_candidate`)."""
     finalists = _finalists(ctx, state)
     if finalists:
-        top = ctx.bank.top_candidates(state.method, state.gap_index, state.target, 1, finalists)
+        top = ctx.bank.top_candidates(state.method, state.gap_index, state.gap.target, 1, finalists)
         if top:
             return top[0]
-    return ctx.bank.best_candidate(state.method, state.gap_index, state.target)
+    return ctx.bank.best_candidate(state.method, state.gap_index, state.gap.target)
 
 
 def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
@@ -452,7 +469,7 @@ def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     out = _finalists_file(ctx, state).parent
     finalist_ids = _finalists(ctx, state)
     if finalist_ids is None:
-        finalist_ids = [c.id for c in ctx.bank.top_candidates(state.method, state.gap_index, state.target,
+        finalist_ids = [c.id for c in ctx.bank.top_candidates(state.method, state.gap_index, state.gap.target,
                                                               p.confirm_finalists)]
         if not finalist_ids:
             return {}
@@ -480,7 +497,7 @@ def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
         return sum(max(0, next_index[cid][m] - base[m]) for cid in finalists for m in models)
 
     def ranked(ids: list[str]) -> list[CandidateRecord]:  # best_candidate's order, on the current placements
-        return ctx.bank.top_candidates(state.method, state.gap_index, state.target, len(ids), ids)
+        return ctx.bank.top_candidates(state.method, state.gap_index, state.gap.target, len(ids), ids)
 
     steps: list[dict[str, Any]] = []
     first_level = min(base.values())
@@ -520,7 +537,7 @@ def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
         first = finalist_ids[0]
         atomic_write_json(out / "confirm.json", {"child": leader, "finalists": finalist_ids, "models": models,
                                                  "before": before.get(first, {}), "before_finalists": before,
-                                                 "steps": steps, "counts": counts.get(leader, {}),
+                                                 "steps": steps, "counts": counts.get(leader, {}) if leader else {},
                                                  "counts_finalists": counts})
     best = None if leader is None else ctx.bank.candidate(leader)  # its placement after the last step
     _emit(runtime, node="confirm", method=state.method, gap=state.gap_index, steps=len(steps),
@@ -540,7 +557,7 @@ def finalize(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
                             chosen_d_sd=None, chosen_gap_sd=None, deviation=None, p_inside=None, p_within=None,
                             note=f"no valid, placed child after {state.round} rounds", **common)
         _emit(runtime, node="finalize", method=state.method, gap=state.gap_index, filled=False)
-        return {"skipped": state.skipped + [(state.lo, state.hi)]}
+        return {"skipped": state.skipped + [(state.gap.lo, state.gap.hi)]}
     level = ctx.params.fill_level
     assert best.p_inside is not None and best.d is not None and best.b_sd is not None, best.id  # it is placed
     filled = best.p_inside >= level
@@ -556,8 +573,8 @@ def finalize(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     _emit(runtime, node="finalize", method=state.method, gap=state.gap_index, filled=filled,
           deviation=best.deviation, p_inside=best.p_inside)
     update: dict[str, Any] = {"inserted": state.inserted + [float(best.d)]}
-    if not state.lo < best.d < state.hi:  # it landed outside: do not propose the same gap again
-        update["skipped"] = state.skipped + [(state.lo, state.hi)]
+    if not state.gap.lo < best.d < state.gap.hi:  # it landed outside: do not propose the same gap again
+        update["skipped"] = state.skipped + [(state.gap.lo, state.gap.hi)]
     return update
 
 
@@ -585,9 +602,9 @@ def _label_adaptive(ctx: FillContext, state: FillState, cands: list[CandidateRec
     z = ctx.params.adaptive_z
     for c in ctx.bank.candidates(state.method, state.gap_index):
         if c.round < state.round and c.placed and c.d is not None:
-            incumbent = min(incumbent, abs(c.d - state.target) + z * (c.d_sd or 0.0))
+            incumbent = min(incumbent, abs(c.d - state.gap.target) + z * (c.d_sd or 0.0))
     predicted = None if ctx.prescreen is None else ctx.prescreen.predict_items(items)
-    result = adaptive_label(ctx.scale, state.target, [m.rollouts for m in models], len(items), ask, ctx.params,
+    result = adaptive_label(ctx.scale, state.gap.target, [m.rollouts for m in models], len(items), ask, ctx.params,
                             incumbent_u=incumbent, predicted_b=predicted,
                             predicted_sd=1.0 if ctx.prescreen is None else ctx.prescreen.loo_rmse)
     from benchfill.io import atomic_write_json

@@ -295,6 +295,14 @@ class RunConfig(BaseModel):
         for k, cfg in enumerate(self.panel):
             yield f"panel[{k}]", cfg
 
+    def role(self, name: str) -> ModelConfig:
+        """The model of a single-model role (``rewriter``, ``judge``, ``grader``); one that is not configured ->
+        InputError (naming the file)."""
+        model: ModelConfig | None = getattr(self, name)
+        if model is None:
+            raise InputError(self.source, f"{name}: this command needs a [{name}] model")
+        return model
+
     @property
     def simulated(self) -> bool:
         """Any role is played by the simulated world (every output must then say SIMULATED)."""
@@ -546,8 +554,8 @@ def validate_config(cfg: RunConfig, need: tuple[str, ...] = ("panel",)) -> None:
     for role in need:
         if role == "panel" and not cfg.panel:
             raise InputError(cfg.source, "panel: no panel models configured (add [[panel]] tables)")
-        if role != "panel" and getattr(cfg, role) is None:
-            raise InputError(cfg.source, f"{role}: this command needs a [{role}] model")
+        if role != "panel":
+            cfg.role(role)  # raises for one not configured
     for where, model in cfg.roles():
         if where.split("[")[0] in need:
             validate_model(model, where, cfg.source, cfg.sim)
