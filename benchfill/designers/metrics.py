@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import stats
 
 from benchfill.irt.checks import item_rest_correlations
@@ -198,16 +199,16 @@ class Correlation:
         return {"method": self.method, "r": _f(self.r), "p_value": _f(self.p_value), "n": self.n}
 
 
-def correlation(x: Sequence[float], y: Sequence[float], method: Literal["spearman", "pearson", "kendall"] = "spearman"
+def correlation(x: ArrayLike, y: ArrayLike, method: Literal["spearman", "pearson", "kendall"] = "spearman"
                 ) -> Correlation:
     """Correlation over the pairs where both are finite; NaN with fewer than 3 pairs or a constant side."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    ok = np.isfinite(x) & np.isfinite(y)
+    xs, ys = np.asarray(x, float), np.asarray(y, float)
+    ok = np.isfinite(xs) & np.isfinite(ys)
     n = int(ok.sum())
-    if n < 3 or np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0:
+    if n < 3 or np.ptp(xs[ok]) == 0 or np.ptp(ys[ok]) == 0:
         return Correlation(method, float("nan"), float("nan"), n)
     fn = {"spearman": stats.spearmanr, "pearson": stats.pearsonr, "kendall": stats.kendalltau}[method]
-    res = fn(x[ok], y[ok])
+    res = fn(xs[ok], ys[ok])
     return Correlation(method, float(res[0]), float(res[1]), n)
 
 
@@ -478,6 +479,7 @@ def preference_tests_logit(inp: JointInputs, fit: Any, *, alpha: float = 0.05, c
         raw.append((kind, name, fam, who, controls, fit.gamma[f"{kind}:{name}"], fit.gamma_se[f"{kind}:{name}"]))
         if combined and kind == "family" and f"self:{name}" in fit.gamma:
             own = inp.self_answerer[name]
+            assert own is not None  # a self term exists only for a designer whose own answerer is on the panel
             idx = [keys.index(f"self:{name}"), keys.index(f"family:{name}")]
             w = np.array([1.0, len(who)]) / (1 + len(who))
             est = float(w @ np.array([fit.gamma[keys[i]] for i in idx]))
@@ -531,7 +533,7 @@ class SelfRanking:
                 "rank_ci": [_f(x) for x in self.rank_ci], "gain_ci": [_f(x) for x in self.gain_ci]}
 
 
-def rank_of(values: Sequence[float], j: int) -> float:
+def rank_of(values: ArrayLike, j: int) -> float:
     """Rank of answerer ``j`` among the answerers with a finite value (1 = highest, ties averaged; NaN if its own
     value is not finite)."""
     v = np.asarray(values, float)
@@ -556,7 +558,7 @@ def self_ranking(inp: PreferenceInputs, seed_accuracy: Mapping[str, float | None
         ability: answerer -> the joint fit's theta (the reference without a seed rank)."""
 
     def per_answerer(m: Mapping[str, float | None] | None) -> np.ndarray | None:
-        return None if not m else np.array([np.nan if m.get(a) is None else float(m[a]) for a in inp.answerers])
+        return None if not m else np.array([np.nan if (v := m.get(a)) is None else float(v) for a in inp.answerers])
 
     A = accuracy_matrix(inp.counts)
     sa, ab = per_answerer(seed_accuracy), per_answerer(ability)
@@ -578,7 +580,9 @@ def self_ranking(inp: PreferenceInputs, seed_accuracy: Mapping[str, float | None
         rank = rank_of(A[d], j)
         reps = bootstrap_replicates(c.shape[1], _rank_on(c, t, j), B=B, seed=seed + d)
         lo, hi = _percentile_interval(reps, B, alpha)
-        gain, gain_ci, p = None, (None, None), float("nan")
+        gain: float | None = None
+        gain_ci: tuple[float | None, float | None] = (None, None)
+        p = float("nan")
         if ref is not None and math.isfinite(rank):
             gain = ref - rank
             gain_ci = (None, None) if lo is None or hi is None else (ref - hi, ref - lo)
