@@ -20,11 +20,11 @@ import hashlib
 import json
 import re
 import unicodedata
-from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, Sequence, cast
 
 from pydantic import BaseModel, Field
 
-from benchfill.data import Item, infer_format
+from benchfill.data import Item, ItemFormat, infer_format
 from benchfill.designers.quotas import FORMATS, INTENTS, Plan, Slot, batches, deficits
 from benchfill.designers.validate import static_problems
 from benchfill.models.prompts import LETTERS
@@ -88,7 +88,9 @@ class DesignedItem(BaseModel):
 
     def to_item(self) -> Item:
         """The record as a benchmark item (for answering and grading)."""
-        fmt = "mcq" if self.format == "mcq_multi" else self.format if self.format in FORMATS else None
+        # mcq_multi is graded as mcq, so every value left is one of data.ItemFormat
+        fmt = cast("ItemFormat | None", "mcq" if self.format == "mcq_multi" else
+                   self.format if self.format in FORMATS else None)
         return Item(id=self.id, question=self.question, answer=self.answer or "?", choices=self.choices or None,
                     format=fmt, metadata={**self.metadata, "designer": self.designer, "slot": self.slot})
 
@@ -245,7 +247,7 @@ def parse_element(el: Any, slot: Slot, *, designer: str, round_no: int, n_option
                   card: "DomainCard | None" = None) -> DesignedItem:
     """One element of a designer reply -> a record with its static problems (never raises)."""
     rid = record_id(designer, slot.slot, round_no)
-    base = dict(id=rid, designer=designer, slot=slot.slot, round=round_no, spec=slot.as_spec())
+    base: dict[str, Any] = dict(id=rid, designer=designer, slot=slot.slot, round=round_no, spec=slot.as_spec())
     if not isinstance(el, dict):
         return DesignedItem(**base, status="broken", problems=["item is not a JSON object"])
     question = _text(el.get("question", el.get("problem")))
@@ -256,6 +258,7 @@ def parse_element(el: Any, slot: Slot, *, designer: str, round_no: int, n_option
         answer = json.dumps(raw_answer, ensure_ascii=False) if raw_answer else ""
     else:
         answer = _text(raw_answer)
+    fmt: str | None
     if choices:
         fmt = "mcq_multi" if declared_fmt == "mcq_multi" or _n_keyed(answer, choices) > 1 else "mcq"
     elif declared_fmt in FORMATS:
