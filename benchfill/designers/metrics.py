@@ -212,7 +212,7 @@ def correlation(x: ArrayLike, y: ArrayLike, method: Literal["spearman", "pearson
     return Correlation(method, float(res[0]), float(res[1]), n)
 
 
-def kendall_tau(suite_accuracy: Sequence[float], seed_accuracy: Sequence[float]) -> Correlation:
+def kendall_tau(suite_accuracy: ArrayLike, seed_accuracy: ArrayLike) -> Correlation:
     """Ranking preservation: Kendall tau-b between answerers' accuracies on a suite and on the seed benchmark
     (1 = same ranking, -1 = reversed). Needs >= 3 answerers with both figures."""
     return correlation(suite_accuracy, seed_accuracy, "kendall")

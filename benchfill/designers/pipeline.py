@@ -245,7 +245,7 @@ async def _run(card: DomainCard, card_path: Path, quotas: QuotaSpec, targets: di
         # 6. report
         method = irt or opts.irt
         fp_rep = fingerprint("report", fp_judge, seed, method, opts.bootstrap, opts.alpha, cfg.seed,
-                             [(d.label, d.family, (cfg.answerer_of(d).label if cfg.answerer_of(d) else None))
+                             [(d.label, d.family, (own.label if (own := cfg.answerer_of(d)) else None))
                               for d in cfg.designers], [(a.label, a.family) for a in cfg.panel], REPORT_VERSION)
         if store.fresh("report", fp_rep):
             result_report = DesignersReport.from_json_file(out / "report.json")
@@ -289,11 +289,12 @@ async def _seed_stage(store: StageStore, out: Path, cfg: DesignersConfig, card: 
         atomic_write_json(out / "seed.json", seed)
         store.done("seed", fp, ["seed.json"])
         return seed
-    path = _find_seed_items(seed_items, card, card_path)
-    if path is None:
+    found = _find_seed_items(seed_items, card, card_path)
+    if found is None:
         log("seed: no seed items found (card source missing; pass --seed-items or --seed-responses): "
             "ranking preservation is skipped")
         return None
+    path = found
     items = load_items(path)
     if limit is not None:
         items = items[:limit]
@@ -540,7 +541,7 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
         guessing=[np.array([guessing(r) for r in cores[d.label]]) for d in cfg.designers],
         designer_family={d.label: d.family for d in cfg.designers},
         answerer_family={a.label: a.family for a in cfg.panel},
-        self_answerer={d.label: (cfg.answerer_of(d).label if cfg.answerer_of(d) else None) for d in cfg.designers},
+        self_answerer={d.label: (own.label if (own := cfg.answerer_of(d)) else None) for d in cfg.designers},
         seed_counts=seed_m[0] if seed_m else None, seed_levels=seed_m[1] if seed_m else None,
         seed_guessing=seed_m[2] if seed_m else None)
     joint = M.joint_fit(jinp) if c_core.shape[1] >= 2 and len(answerers) >= 2 else None
@@ -553,14 +554,14 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
             if sel.sum() >= 3:
                 seed_by_level[f"L{L}"] = float(sb[sel].mean())
 
-    designers_out = []
+    designers_out: list[dict[str, Any]] = []
     for k_d, d in enumerate(cfg.designers):
         recs = [r for r in records if r.designer == d.label]
         d_core = cores[d.label]
         idx = [pos[r.id] for r in d_core]
         c, t = counts_by_designer[k_d]
         br = M.broken_rate(status.get(r.id, r.status) for r in recs)
-        reasons = Counter()
+        reasons: Counter[str] = Counter()
         for r in recs:
             s = status.get(r.id, r.status)
             if s == "broken":
@@ -575,7 +576,7 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
                                     [r.declared.get("difficulty", "unknown") for r in d_core])
         disc = M.discrimination(c, t)
         acc = {lab: (float(c[j].sum() / t[j].sum()) if t[j].sum() else None) for j, lab in enumerate(answerers)}
-        tau = M.kendall_tau([acc[a] if acc[a] is not None else np.nan for a in answerers],
+        tau = M.kendall_tau([v if (v := acc[a]) is not None else np.nan for a in answerers],
                             [seed_acc.get(a) if seed_acc and seed_acc.get(a) is not None else np.nan
                              for a in answerers]) if seed_acc else M.Correlation("kendall", float("nan"),
                                                                                  float("nan"), 0)
@@ -662,14 +663,14 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
     score = np.array([float(np.nanmean(col)) if np.isfinite(col).any() else np.nan for col in stacked.T])
     for k, row in enumerate(designers_out):
         row["design_score"] = M._f(float(score[k]))
-    ability = [_num(r["answering_ability"]["value"]) for r in designers_out]
+    abilities = [_num(r["answering_ability"]["value"]) for r in designers_out]
     across = {
-        "design_vs_answering": M.correlation(score, ability, "spearman").as_dict(),
+        "design_vs_answering": M.correlation(score, abilities, "spearman").as_dict(),
         "components_vs_answering": {
-            "1 - broken_rate": M.correlation([1 - _num(r["broken_rate"]) for r in designers_out], ability).as_dict(),
+            "1 - broken_rate": M.correlation([1 - _num(r["broken_rate"]) for r in designers_out], abilities).as_dict(),
             "discrimination": M.correlation([_num(r["discrimination"]["mean"]) for r in designers_out],
-                                            ability).as_dict(),
-            "kendall_tau": M.correlation([_num(r["ranking"]["r"]) for r in designers_out], ability).as_dict(),
+                                            abilities).as_dict(),
+            "kendall_tau": M.correlation([_num(r["ranking"]["r"]) for r in designers_out], abilities).as_dict(),
         },
         "broken_vs_discrimination": M.correlation([_num(r["broken_rate"]) for r in designers_out],
                                                   [_num(r["discrimination"]["mean"]) for r in designers_out],
@@ -689,9 +690,9 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
         pinp, seed_acc, dict(zip(joint.answerers, joint.theta.tolist())) if joint is not None else None,
         B=cfg.run.bootstrap, seed=cfg.seed + 104729, alpha=cfg.run.alpha)}
     pref_dicts = []
-    for p in prefs:
-        ref = did.get((p.kind, p.designer))
-        pref_dicts.append({**p.as_dict(), "scale": "logit",
+    for pref in prefs:
+        ref = did.get((pref.kind, pref.designer))
+        pref_dicts.append({**pref.as_dict(), "scale": "logit",
                            "accuracy_did": ({"estimate": M._f(ref.estimate), "ci_low": M._f(ref.ci_low),
                                              "ci_high": M._f(ref.ci_high)} if ref is not None else None)})
     for row in designers_out:
@@ -702,7 +703,7 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
 
     files = {"report": "report.json", "matrix": "matrix.csv", "heatmap": "heatmap.png", "core": "core.jsonl",
              "suite": "suite.jsonl", "answers": "answers.jsonl", "verdicts": "verdicts.jsonl"}
-    report = {
+    report: dict[str, Any] = {
         "simulated": cfg.simulated,
         "card": {"name": card.name, "source": card.source, "n_items": card.n_items, "language": card.language,
                  "modality": card.modality},
@@ -741,7 +742,7 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
             with np.errstate(invalid="ignore", divide="ignore"):
                 resid[k_d] = np.where(tot > 0, (c.sum(1) - (pm * t).sum(1)) / np.maximum(tot, 1), np.nan)
         report["matrix"]["residual"] = [[M._f(v) for v in row] for row in resid]
-    marks = [[("self" if cfg.answerer_of(d) is not None and cfg.answerer_of(d).label == a.label
+    marks = [[("self" if (own := cfg.answerer_of(d)) is not None and own.label == a.label
                else "family" if a.family == d.family else "") for a in cfg.panel] for d in cfg.designers]
     report["matrix"]["cells"] = marks
     plot_heatmap(A, [d.label for d in cfg.designers], answerers, out / "heatmap.png",
