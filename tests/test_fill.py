@@ -619,7 +619,12 @@ def test_kills_at_random_moments_repay_at_most_the_calls_in_flight(tmp_path, ben
                 str(cfg), "--models", "6", "--gaps", "2"]
         ref = subprocess.run(base + ["--out", str(tmp_path / "ref")], capture_output=True, text=True, timeout=600)
         assert ref.returncode == 0, ref.stderr[-2000:]
-        assert len(server.ok_keys) == len(set(server.ok_keys)) == 440  # an unbroken run pays each call once (confirmation included)
+        # an unbroken run pays each call once, and the panel calls it records (search + confirmation, per gap) are
+        # the ones the server answered; the total is the run's own (a pinned 440 held on one install, 332 on another)
+        assert len(server.ok_keys) == len(set(server.ok_keys))
+        gaps = json.loads((tmp_path / "ref" / "summary.json").read_text())["methods"]["benchfill"]["gaps"]
+        panel_calls = sum(1 for key in server.ok_keys if json.loads(key)[0].startswith("stub-panel-"))
+        assert panel_calls == sum(g["search_calls"] + g["confirm_calls"] for g in gaps) > 0
         total = len(server.ok_keys)  # the unbroken run's calls
         server.reset()
         rng = random.Random(20261130)
