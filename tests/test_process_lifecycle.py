@@ -37,7 +37,8 @@ def shared_files(pid: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def big(tmp_path_factory):
-    """A benchmark whose fit runs its chains in worker processes over a shared array (~10 s on 2 cores)."""
+    """A benchmark whose fit runs its chains in worker processes over a shared array (12 x 3,000; its whole
+    diagnose 2.3 s on a quiet 2-core machine)."""
     from benchfill.irt.simulate import simulate_responses
 
     rng = np.random.default_rng(3)
@@ -84,7 +85,9 @@ def watch_until(proc: subprocess.Popen, ready, timeout: float = 120.0) -> set[in
                                           (signal.SIGKILL, 0.5)])
 def test_a_stopped_diagnose_leaves_nothing_behind(tmp_path, big, signum, extra):
     out = tmp_path / "d.json"
-    proc = start(["diagnose", str(big), "--json", str(out)], tmp_path)
+    # 4,000 draws a chain keep the workers running ~2.9 s on a quiet 2-core machine (the default 1,000: ~1.2 s, and
+    # the whole command 2.3 s, so a signal 1.5 s in could come after the fit; one CI run saw exit 0 so)
+    proc = start(["diagnose", str(big), "--json", str(out), "--draws", "4000"], tmp_path)
     seen = watch_until(proc, lambda: bool(shared_files(proc.pid)) and len(children_of(proc.pid)) >= 2)
     time.sleep(extra)  # a moment inside the workers' run
     seen |= children_of(proc.pid)
