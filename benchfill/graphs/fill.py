@@ -573,8 +573,9 @@ def finalize(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     _emit(runtime, node="finalize", method=state.method, gap=state.gap_index, filled=filled,
           deviation=best.deviation, p_inside=best.p_inside)
     update: dict[str, Any] = {"inserted": state.inserted + [float(best.d)]}
-    if not state.gap.lo < best.d < state.gap.hi:  # it landed outside: do not propose the same gap again
-        update["skipped"] = state.skipped + [(state.gap.lo, state.gap.hi)]
+    lo, hi, _ = state.gap
+    if not lo < best.d < hi:  # it landed outside: do not propose the same gap again
+        update["skipped"] = state.skipped + [(lo, hi)]
     return update
 
 

@@ -150,7 +150,6 @@ class FillRun:
         config = load_config(opts.config)
         need = ("rewriter", "judge") if config.simulated else ("rewriter", "judge", "panel")
         validate_config(config, need=need)
-        assert config.rewriter is not None and config.judge is not None  # validated just above
         self.config = config
         self.params = search_params(config)
         prescreen.require(self.params.prescreen, str(config.source or opts.config))
@@ -189,8 +188,8 @@ class FillRun:
             # a kill at any instant of the start leaves either no run or a run that --resume continues
             self.bank = MemoryBank.create(
                 memory_path, fingerprint=fingerprint, simulated=config.simulated,
-                config=config.model_dump(mode="json", exclude={"source"}), rewriter=config.rewriter.label,
-                judge=config.judge.label, params=self.params.model_dump(), n_gaps=opts.n_gaps,
+                config=config.model_dump(mode="json", exclude={"source"}), rewriter=config.role("rewriter").label,
+                judge=config.role("judge").label, params=self.params.model_dump(), n_gaps=opts.n_gaps,
                 items=str(opts.items), responses=str(opts.responses))
         self.diagnosis, self.scale = self._diagnosis(responses, items)
         by_id = {it.id: it for it in items}
