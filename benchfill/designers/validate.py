@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from benchfill.models.client import ModelClient
     from benchfill.models.config import ModelConfig
     from benchfill.models.grading import Grader
+    from benchfill.models.panel import PanelAnswer
     from benchfill.models.prompts import PromptLibrary
 
 VERDICTS = ("clean", "not_well_posed", "gold_incorrect", "ambiguous")
@@ -105,40 +106,21 @@ async def answer_items(
 ) -> list[Answer]:
     """Every answerer answers every item ``rollouts`` times; each answer is graded objective-first (grades are
     cached in the call cache next to the answer). Returns answers in (answerer, item, rollout) order."""
-    from benchfill.models.evaluate import answer_and_grade
-    from benchfill.models.prompts import answer_messages
+    from benchfill.models.panel import PanelEngine
 
-    messages = [answer_messages(it, library) for it in items]
-    fingerprints = [grader.fingerprint(it) for it in items]
-    out: dict[tuple[int, int, int], Answer] = {}
+    engine = PanelEngine(client, grader, items, library)
 
-    async def one(j: int, model: "ModelConfig", i: int, k: int) -> None:
-        item = items[i]
-        _, grade = await answer_and_grade(client, grader, model, item, messages[i], fingerprints[i], k)
-        ans = Answer(item.id, model.label, k, grade.label, grade.extracted, grade.method, grade.reason, grade.failure)
-        out[(j, i, k)] = ans
+    def to_answer(a: "PanelAnswer") -> Answer:
+        g = a.grade
+        return Answer(items[a.job.item].id, a.job.model.label, a.job.rollout, g.label, g.extracted, g.method,
+                      g.reason, g.failure)
+
+    def report(a: "PanelAnswer") -> None:
         if on_answer is not None:
-            on_answer(ans)
+            on_answer(to_answer(a))
 
-    async def run_model(j: int, model: "ModelConfig") -> None:
-        jobs = [(i, k) for i in range(len(items)) for k in range(model.rollouts)]
-        queue: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
-        for job in jobs:
-            queue.put_nowait(job)
-        workers = 1 if model.backend == "sim" else model.max_concurrency
-
-        async def worker() -> None:
-            while True:
-                try:
-                    i, k = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    return
-                await one(j, model, i, k)
-
-        await asyncio.gather(*(worker() for _ in range(max(1, min(workers, len(jobs))))))
-
-    await asyncio.gather(*(run_model(j, m) for j, m in enumerate(panel)))
-    return [out[key] for key in sorted(out)]
+    jobs = PanelEngine.all_jobs(panel, len(items))  # (answerer, item, rollout) order, as the result
+    return [to_answer(a) for a in await engine.answer(jobs, on_answer=report)]
 
 
 def count_matrix(answers: Iterable[Answer], answerers: Sequence[str], item_ids: Sequence[str]

@@ -59,7 +59,8 @@ from benchfill.memory.bank import MemoryBank, MemoryItem
 from benchfill.memory.record import PLACED_STATUSES, CandidateRecord, CandidateStatus, GapStatus
 from benchfill.models.client import CallResult, CallsFailed, SyncModelClient
 from benchfill.models.config import ModelConfig, RunConfig
-from benchfill.models.evaluate import Progress, failure_text, run_evaluation
+from benchfill.models.evaluate import Progress, run_evaluation
+from benchfill.models.panel import PanelEngine, PanelJob
 from benchfill.models.prompts import PromptLibrary, rewrite_messages, validity_messages
 
 Method = Literal["benchfill", "baseline"]
@@ -631,25 +632,17 @@ def _ask_panel(ctx: FillContext, items: list[Item], plan: list[tuple[int, int, i
     """Answers of the panel for a batch of (item index, model index in the scale's order, rollout index): 1
     correct, 0 wrong, None not a trial. Rollout r is sample index r under the same cache key full labelling uses,
     so no (item, model, rollout) is ever paid for twice. Calls that failed stop the node (the resume asks again)."""
-    from benchfill.models.evaluate import answer_and_grade
     from benchfill.models.grading import Grader
-    from benchfill.models.prompts import answer_messages
 
-    client = ctx.client.client
     by_label = {m.label: m for m in ctx.panel}
     models = [by_label[m] for m in ctx.scale.models]
-    grader = Grader(client, ctx.config.grader, ctx.prompts)
-    messages = [answer_messages(it, ctx.prompts) for it in items]
-    fingerprints = [grader.fingerprint(it) for it in items]
-
-    async def one(i: int, j: int, r: int):
-        return await answer_and_grade(client, grader, models[j], items[i], messages[i], fingerprints[i], r)
-
-    results = ctx.client.run(_all(one(*x) for x in plan))
-    failed = [failure_text(res, g) for res, g in results if g.retryable]
+    engine = PanelEngine(ctx.client.client, Grader(ctx.client.client, ctx.config.grader, ctx.prompts), items,
+                         ctx.prompts)
+    answers = ctx.client.run(engine.answer([PanelJob(models[j], i, r) for i, j, r in plan]))
+    failed = [a.failure_text for a in answers if a.retryable]
     if failed:
         raise CallsFailed(failed)
-    return [None if g.label == "skip" else int(g.label == "correct") for _, g in results]
+    return [None if a.grade.label == "skip" else int(a.grade.label == "correct") for a in answers]
 
 
 def _tracked(name: str, fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:

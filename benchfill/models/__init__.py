@@ -9,5 +9,6 @@ Import the submodules directly; this package imports nothing heavy (litellm, vll
 - :mod:`benchfill.models.replies`: ``reply_json`` (the JSON value in a reply), ``final_text`` (reasoning removed)
 - :mod:`benchfill.models.prompts`: ``PromptLibrary``, ``render``, ``answer_messages``, ``rewrite_messages``...
 - :mod:`benchfill.models.sim`: ``SimWorld``
+- :mod:`benchfill.models.panel`: ``PanelEngine`` (the one scheduler of graded panel answers), ``PanelJob``
 - :mod:`benchfill.models.evaluate`: ``evaluate``, ``run_evaluation``
 """

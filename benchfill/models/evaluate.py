@@ -22,7 +22,6 @@ run resumes where it stopped, because each finished call was committed when it r
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import io
 from collections import Counter, defaultdict
@@ -39,8 +38,9 @@ from benchfill.io import atomic_write_json, atomic_write_text
 from benchfill.models.cache import CallCache
 from benchfill.models.client import CallResult, CallsFailed, ClientStats, ModelClient
 from benchfill.models.config import ModelConfig, RunConfig, load_config, validate_config
-from benchfill.models.grading import FORM_PREFIX, Grader, GradeResult, is_form_failure
-from benchfill.models.prompts import PromptLibrary, answer_messages
+from benchfill.models.grading import FORM_PREFIX, Grader, is_form_failure
+from benchfill.models.panel import PanelAnswer, PanelEngine
+from benchfill.models.prompts import PromptLibrary
 
 RESPONSES = "responses.csv"
 CALLS_DB = "calls.sqlite"
@@ -105,31 +105,6 @@ def _rollouts(cfg: ModelConfig, override: int | None) -> int:
     return override if override is not None else cfg.rollouts
 
 
-async def answer_and_grade(client: ModelClient, grader: Grader, model: ModelConfig, item: Item,
-                           messages: list[dict[str, str]], fingerprint: str, sample_index: int
-                           ) -> tuple[CallResult, GradeResult]:
-    """One panel answer (rollout ``sample_index``) and its grade; both come from the cache when known.
-
-    A failed call is a ``skip``; a judge failure is not stored, so a rerun asks again (its successful calls are
-    cached anyway). The answer is graded from the stored reply, after it was committed."""
-    result = await client.complete(model, messages, sample_index=sample_index, role="panel", item=item)
-    if not result.ok:
-        return result, GradeResult("skip", 0.0, "call", None, f"call failed: {result.error}", failure="call")
-    stored = client.cache.get_grade(result.key, fingerprint)
-    if stored is not None:
-        return result, GradeResult(stored["label"], stored["score"] or 0.0, stored["method"], stored["extracted"],
-                                   stored["reason"])
-    grade = await grader.grade(item, result.text, result.finish_reason)
-    if not grade.retryable:
-        client.cache.put_grade(result.key, fingerprint, grade.as_dict())
-    return result, grade
-
-
-def failure_text(result: CallResult, grade: GradeResult) -> str:
-    """What failed, for a retryable grade: the call's error, else the judge's."""
-    return result.error if not result.ok and result.error else (grade.reason or "judge failed")
-
-
 async def run_evaluation(
     items: Sequence[Item], config: RunConfig, out_dir: str | Path, *, rollouts: int | None = None,
     progress: Progress | None = None, client: ModelClient | None = None,
@@ -157,8 +132,7 @@ async def run_evaluation(
     n_roll = {m.label: _rollouts(m, rollouts) for m in panel}
     progress.answers_total = sum(n_roll.values()) * len(items)
     progress.items_total = len(items)
-    messages = [answer_messages(item, prompts) for item in items]
-    fingerprints = [grader.fingerprint(item) for item in items]
+    engine = PanelEngine(client, grader, items, prompts)
 
     counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     skips: list[tuple[str, str, int, str, str]] = []
@@ -166,54 +140,27 @@ async def run_evaluation(
     failures: list[str] = []
     pending_per_item = [sum(n_roll.values()) for _ in items]
 
-    async def answer_one(model: ModelConfig, i: int, k: int) -> None:
-        item = items[i]
-        result, grade = await answer_and_grade(client, grader, model, item, messages[i], fingerprints[i], k)
+    def count(answer: PanelAnswer) -> None:
+        model, item, k, grade = answer.job.model, items[answer.job.item], answer.job.rollout, answer.grade
         cell = counts[(model.label, item.id)]
         if grade.label == "skip":
             skips.append((model.label, item.id, k, grade.method, grade.reason or ""))
-            if grade.retryable:
-                failures.append(failure_text(result, grade))
+            if answer.retryable:
+                failures.append(answer.failure_text)
         else:
             if is_form_failure(grade):
                 wrong_form[model.label][(grade.reason or "").removeprefix(FORM_PREFIX)] += 1
             cell[1] += 1
             cell[0] += grade.label == "correct"
         progress.answers_done += 1
-        pending_per_item[i] -= 1
-        if pending_per_item[i] == 0:
+        pending_per_item[answer.job.item] -= 1
+        if pending_per_item[answer.job.item] == 0:
             progress.items_done += 1
         if progress.on_update is not None:
-            progress.on_update(progress, result)
-
-    async def run_model(model: ModelConfig) -> None:
-        n = n_roll[model.label]
-        if model.backend == "vllm":
-            await client.prefetch(model, [(messages[i], range(n)) for i in range(len(items))], role="panel")
-        jobs: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
-        for i in range(len(items)):
-            for k in range(n):
-                jobs.put_nowait((i, k))
-        # one worker per concurrency slot: a slow model never holds up the others' queues
-        workers = 1 if model.backend == "sim" else model.max_concurrency
-
-        async def worker() -> None:
-            while True:
-                try:
-                    i, k = jobs.get_nowait()
-                except asyncio.QueueEmpty:
-                    return
-                await answer_one(model, i, k)
-
-        await asyncio.gather(*(worker() for _ in range(min(workers, max(1, jobs.qsize())))))
-
-    async def run_vllm_models(models: list[ModelConfig]) -> None:
-        for m in models:  # one engine on the GPU at a time: each vllm/ model runs to the end before the next
-            await run_model(m)
+            progress.on_update(progress, answer.result)
 
     try:
-        await asyncio.gather(*(run_model(m) for m in panel if m.backend != "vllm"),
-                             run_vllm_models([m for m in panel if m.backend == "vllm"]))
+        await engine.answer(PanelEngine.all_jobs(panel, len(items), lambda m: n_roll[m.label]), on_answer=count)
     finally:
         if own_client:
             await client.aclose()
