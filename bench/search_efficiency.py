@@ -15,7 +15,8 @@ paper's Table 2 figure).
 Truth. Simulated world: a child's latent b (the same 1PL the placement assumes; the benchmark's items are at their
 fitted b). Replay world (``[sim] world = "replay"``, examples/fill_replay.toml): the panel answers with the real
 models' pass rates over ~1,100 rollouts, the rewriter proposes real held-out items, and every item's true d is its
-placement from the full real matrix (``replay_truth.json``); the benchmark's own items get theirs the same way, so
+placement under unlimited equal labelling by the panel at those pass rates (``replay_truth.json``); the benchmark's
+own items get theirs the same way, so
 the true Top-3 reduction is computed on the true axis.
 
 Benchmarks: simulated world: MATH-500 (bundled, ~4 rollouts per cell), AIME 2024 (../shared/data); replay world:
@@ -96,8 +97,8 @@ def arm_config(folder: Path, world: str, arm: str) -> Path:
 
 
 def true_benchmark_d(out: Path) -> np.ndarray:
-    """The benchmark's own items on the true axis: replay: their placement from the full matrix; simulated: their
-    fitted d (the simulated world's truth)."""
+    """The benchmark's own items on the true axis: replay: their placement under unlimited equal labelling;
+    simulated: their fitted d (the simulated world's truth)."""
     diagnosis = json.loads((out / "diagnosis.json").read_text())
     truth = out / "replay_truth.json"
     if truth.exists():

@@ -36,7 +36,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from benchfill.data import Item
+from benchfill.data import Item, guessing_rate
 from benchfill.designers.config import FLAWS, DesignersConfig, DesignerSimConfig, SimDesignerConfig
 from benchfill.models.sim import SIM_LABEL, SIM_PREFIX, SimWorld, _rng, _u, render_answer
 
@@ -278,7 +278,7 @@ class DesignerSimWorld(SimWorld):
         fmt = item.resolved_format
         k = len(item.choices) if fmt == "mcq" and item.choices else 0
         multi = truth.get("format") == "mcq_multi"
-        guess = (1.0 / (2 ** k - 1) if multi else 1.0 / k) if k else 0.0  # a random non-empty set / one letter
+        guess = guessing_rate(k, multi=multi)  # the simulated designer's declared format, not the item's reading
         u = _u(self.seed, "panel", model, key)
         if truth.get("flaw") == "not_well_posed":
             correct = u < (guess if k else 0.02)  # a guess

@@ -359,7 +359,8 @@ def _gap_calls(bank: MemoryBank, method: str, gap: int) -> dict[str, int]:
 
 def true_gap_figures(out: str | Path, method: str = "benchfill") -> list[dict[str, Any]]:
     """Per gap with a chosen child (filled or near) of a SIMULATED or REPLAY run folder: the chosen child's TRUE d
-    (simulated world: its latent b; replay world: its placement from the full real matrix, ``replay_truth.json``;
+    (simulated world: its latent b; replay world: its placement under unlimited equal labelling at the real pass
+    rates, ``replay_truth.json``;
     both on the benchmark's scale), whether it truly lies inside the gap, its true and estimated |d - t|, its
     posterior SD of d, P(inside), P(within tolerance), the status, the rounds and the panel calls of the search and
     of the confirmation. For benchmarks of the search itself (the truth is known only there)."""

@@ -14,9 +14,10 @@ what real items (their own discrimination, guessing, misfit) do to the search. T
   item whose TRUE difficulty is among the ``choices`` nearest to that aim: a real item, its own text and answer;
 - judge: a validity verdict (invalid for ``invalid_rate`` of children, at random: the pool items are real and valid).
 
-An item's TRUE difficulty is its placement on the benchmark's scale from the full matrix (every scale model's
-~1,100 answers: what unlimited labelling would give), so each child's truth is known and the panel behaves as the
-real models did. :func:`replay_truth` writes it to the run folder (``replay_truth.json``).
+An item's TRUE difficulty is where unlimited labelling by the panel would place it on the benchmark's scale: every
+scale model answering it equally often at its real pass rate (:func:`equal_labelling_counts`), so each child's truth
+is known and the panel behaves as the real models did. :func:`replay_truth` writes it to the run folder
+(``replay_truth.json``).
 """
 
 from __future__ import annotations
@@ -172,16 +173,34 @@ def pass_rates(full: ResponseMatrix, models: Sequence[str], item_ids: Sequence[s
     return np.where(sub.n_trials > 0, sub.n_correct / np.maximum(sub.n_trials, 1), 0.5)
 
 
+def equal_labelling_counts(full: ResponseMatrix, models: Sequence[str], item_ids: Sequence[str]
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """(J, I) counts of unlimited equal labelling: each model answers each item N times (N = the largest count of a
+    cell, ~1,100 here) with its real pass rate as the share right; cells nobody answered stay unasked.
+
+    The panel labels a child with the same number of rollouts from every model, and the benchmark's own items were
+    measured so too (thinned to the same count per cell), so this is the limit a child's placement tends to. The
+    matrix's own counts are not: they differ by model (MATH-500's 12 scale models: 8 to 1,100 rollouts), and a real
+    item that is not exactly a 1PL item has a different place under a different weighting of the models. Measured
+    (MATH-500's held-out items placed as children in groups of 16, 128 replayed rollouts per model): against a
+    truth placed from the matrix's counts
+    the 90 % intervals covered 77 % of true difficulties (z-scores of SD 3.9), against this one 97 %."""
+    sub = full.subset(models=list(models), items=list(item_ids))
+    n = np.where(sub.n_trials > 0, int(sub.n_trials.max(initial=0)), 0).astype(np.int64)
+    k = np.rint(pass_rates(full, models, item_ids) * n).astype(np.int64)
+    return k, n
+
+
 def build_world(full: ResponseMatrix, items_by_id: Mapping[str, Item], pool_ids: Sequence[str], scale: Any,
                 sim: Any, seed: int) -> tuple[ReplayWorld, dict[str, Any]]:
     """The replay world for a run on ``scale`` and its truth (:func:`replay_truth`): every item's true b is its
-    placement from the full matrix of the scale's models."""
+    placement under unlimited equal labelling by the scale's models (:func:`equal_labelling_counts`)."""
     from benchfill.irt.placement import place_items
 
     models = list(scale.models)
     ids = [i for i in full.item_ids if i in items_by_id]
-    sub = full.subset(models=models, items=ids)
-    true_b = place_items(scale, sub.n_correct.T, sub.n_trials.T).b_mean
+    k, n = equal_labelling_counts(full, models, ids)
+    true_b = place_items(scale, k.T, n.T).b_mean
     items = [items_by_id[i] for i in ids]
     kwargs = {} if sim is None else dict(step=sim.step, noise=sim.noise, scatter=sim.scatter,
                                          invalid_rate=sim.invalid_rate)
