@@ -142,39 +142,32 @@ def diagnose(
     """Estimate item difficulty with IRT and diagnose the benchmark: DDM, gaps, flags, checks, picture, JSON."""
     from benchfill.diagnostics.picture import Painter
 
-    # forked first, the picture's process imports matplotlib on the other core while this one imports the
-    # statistics, loads and fits
+    # forked first, before the statistics are imported: the picture's process imports matplotlib on the other
+    # core while this one imports, loads and fits
     with Painter() as painter:
-        _diagnose(painter, responses, items, models, models_file, sampler, chains, tune, draws, seed, guessing,
-                  choices, prior, robustness, json_out, png, top_gaps, force)
+        from benchfill import api
+        from benchfill.diagnostics.render import diagnosis_tables
 
-
-def _diagnose(painter, responses, items, models, models_file, sampler, chains, tune, draws, seed, guessing, choices,
-              prior, robustness, json_out, png, top_gaps, force) -> None:
-    from benchfill import api
-    from benchfill.diagnostics.render import diagnosis_tables
-
-    _check_fit_options(sampler, chains, tune, draws, guessing, choices, top_gaps, robustness)
-    out = result_console(json_out)
-    default_json = api.default_diagnosis_path(responses, models=models, models_file=models_file)
-    files_json = default_json if json_out is None or is_stdout(json_out) else Path(json_out)
-    if json_out is not None and not is_stdout(json_out) and (files_json.is_dir() or json_out.endswith(("/", "\\"))):
-        files_json = files_json / "diagnosis.json"  # a folder: the JSON, picture and scale go inside it
-    if json_out is None and default_json.exists() and not force:
-        raise InputError(str(default_json), "exists (an earlier diagnose of this file): pass --force to overwrite "
-                                            "it, or --json PATH to write elsewhere")
-    png = png or files_json.with_suffix(".png")
-    clock = time.perf_counter()
-    resp, its = _panel(responses, items, models, models_file)
-    load_s = time.perf_counter() - clock
-    _selection_note(resp)
-    dg = _run_diagnosis(resp, its, guessing, choices, sampler, chains, tune, draws, seed, robustness,
-                        status_console=err_console, top_gaps=top_gaps,
-                        on_picture=lambda pic: painter.draw(replace(pic, gaps=pic.gaps[:top_gaps])),
-                        prior=prior)
-    dg.timings = {"load": round(load_s, 3), **dg.timings}
-    overwrote = _save_diagnosis(dg, files_json, png, json_out, top_gaps, painter)
-    painter.close()
+        _check_fit_options(sampler, chains, tune, draws, guessing, choices, top_gaps, robustness)
+        out = result_console(json_out)
+        default_json = api.default_diagnosis_path(responses, models=models, models_file=models_file)
+        files_json = default_json if json_out is None or is_stdout(json_out) else Path(json_out)
+        if json_out is not None and not is_stdout(json_out) and (files_json.is_dir() or json_out.endswith(("/", "\\"))):
+            files_json = files_json / "diagnosis.json"  # a folder: the JSON, picture and scale go inside it
+        if json_out is None and default_json.exists() and not force:
+            raise InputError(str(default_json), "exists (an earlier diagnose of this file): pass --force to overwrite "
+                                                "it, or --json PATH to write elsewhere")
+        png = png or files_json.with_suffix(".png")
+        clock = time.perf_counter()
+        resp, its = _panel(responses, items, models, models_file)
+        load_s = time.perf_counter() - clock
+        _selection_note(resp)
+        dg = _run_diagnosis(resp, its, guessing, choices, sampler, chains, tune, draws, seed, robustness,
+                            status_console=err_console, top_gaps=top_gaps,
+                            on_picture=lambda pic: painter.draw(replace(pic, gaps=pic.gaps[:top_gaps])),
+                            prior=prior)
+        dg.timings = {"load": round(load_s, 3), **dg.timings}
+        overwrote = _save_diagnosis(dg, files_json, png, json_out, top_gaps, painter)
     out.print(diagnosis_tables(dg, n_gaps=top_gaps))
     scale_path = files_json.with_suffix(".scale.npz")
     what = f"{png}, {scale_path}" if is_stdout(json_out) else f"{files_json}, {png}, {scale_path}"
