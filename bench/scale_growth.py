@@ -101,13 +101,13 @@ def main() -> None:
             if res["rc"] == 0:
                 d = json.loads((tmp / f"d_{J}x{I}.json").read_text())
                 info = {"timings": d.get("timings", {}),
-                        "checks": {c["name"]: bool(c["passed"]) for c in d.get("checks", [])}}
+                        "checks": {c["name"]: c["passed"] for c in d.get("checks", [])}}
             else:
                 print(f"[{J} x {I}] exit {res['rc']}: {res['out'][-1500:]}", file=sys.stderr)
             row = {"models": J, "items": I, "observed": args.observed, "wall_s": res["wall_s"],
                    "rss_mb": res["rss_mb"], "rc": res["rc"], "load": load, **info}
             rows.append(row)
-            failed = [k for k, v in info.get("checks", {}).items() if not v]
+            failed = [k for k, v in info.get("checks", {}).items() if v is False]  # None: not applicable
             print(f"{J:>5} x {I:>6}: {res['wall_s']:7.1f} s  {res['rss_mb']:7.0f} MB  (load {load:.1f})"
                   f"  fit {info.get('timings', {}).get('fit', float('nan')):.1f} s"
                   f"  null {info.get('timings', {}).get('null', float('nan')):.1f} s"

@@ -382,7 +382,8 @@ def mcmc_checks(fit: IRTFit, responses: ResponseMatrix | None = None, method: st
                    "importance_draws": info.get("proposal_draws"),
                    "acceptance": info.get("acceptance")}
         if not imh:
-            details["reason"] = "the abilities were sampled by NUTS: the proposal was not used"
+            by = "two-block Gibbs" if info.get("engine") == "gibbs" else "NUTS"
+            details["reason"] = f"the abilities were sampled by {by}: no independence proposal was used"
         checks.append(Check(
             "M4", "Pareto k-hat of the independence proposal's importance weights (abilities)",
             bool(k <= IS_MAX_PARETO_K) if imh else None, k, IS_MAX_PARETO_K, "<=", details))

@@ -14,7 +14,7 @@ import numpy as np
 
 from benchfill.data import ResponseMatrix
 from benchfill.errors import SAMPLER_EXTRA, MissingExtra, missing_module
-from benchfill.irt import fast, population
+from benchfill.irt import fast, gibbs, population
 from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings, binomial_loglik, probability
 
 SamplerFn = Callable[[ResponseMatrix, IRTSpec, SamplerSettings], IRTFit]
@@ -43,6 +43,15 @@ def fit_irt(responses: ResponseMatrix, spec: IRTSpec | None = None, settings: Sa
     fit.wall_time_s = time.perf_counter() - start
     fit.extra["population_s"] = learned_s
     return fit
+
+
+def _fit_exact(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings) -> IRTFit:
+    """The "fast" sampler: the quadrature engine with independence MH on the abilities
+    (:func:`benchfill.irt.fast.fit_fast`) at the paper's scale, two-block Gibbs (:func:`benchfill.irt.gibbs.fit_gibbs`)
+    from ``GIBBS_MIN_MODELS`` models without guessing, where a joint proposal for the abilities no longer fits."""
+    if gibbs.use_gibbs(len(responses.models), spec.guessing):
+        return gibbs.fit_gibbs(responses, spec, settings)
+    return fast.fit_fast(responses, spec, settings)
 
 
 def with_population(responses: ResponseMatrix, spec: IRTSpec, seed: int = 0) -> IRTSpec:
@@ -199,5 +208,5 @@ def _laplace_sds(responses: ResponseMatrix, theta, b, a, c) -> tuple[np.ndarray,
 
 
 # every sampler by its name (``SamplerSettings.method``): the exact fast engine first, the default of every command
-SAMPLERS: dict[str, SamplerFn] = {"fast": fast.fit_fast, "pymc": _fit_pymc, "nutpie": _fit_nutpie,
+SAMPLERS: dict[str, SamplerFn] = {"fast": _fit_exact, "pymc": _fit_pymc, "nutpie": _fit_nutpie,
                                   "numpyro": _fit_numpyro, "map": _fit_map}

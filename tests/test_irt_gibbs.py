@@ -1,0 +1,108 @@
+"""The leaderboard engine: two-block Gibbs with exact quadrature conditionals (benchfill.irt.gibbs), the
+Chebyshev softplus sums it rests on, and the exact Hessian that makes the abilities' mode cheap at 1,000 models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.special import expit
+
+import benchfill.irt.fast as fast
+from benchfill.data import ResponseMatrix
+from benchfill.irt import gibbs
+from benchfill.irt.convergence import rank_diagnostics
+from benchfill.irt.fit import fit_irt, with_population
+from benchfill.irt.model import IRTSpec, SamplerSettings
+from benchfill.irt.prior import Population
+
+
+def _binary(J: int, I: int, seed: int, missing: float = 0.0) -> tuple[ResponseMatrix, np.ndarray, np.ndarray]:
+    """Answers from abilities N(0, 1) (the model's own convention: the abilities' prior fixes the scale's origin)
+    and a skewed, two-humped difficulty shape the learned spline population has to find."""
+    rng = np.random.default_rng(seed)
+    theta = rng.normal(0.0, 1.0, J)
+    hump = rng.random(I) < 0.7
+    b = np.where(hump, rng.normal(-1.0, 0.8, I), rng.gamma(2.0, 1.2, I) + 1.0)
+    n = np.ones((J, I), dtype=np.int64)
+    if missing:
+        n[rng.random((J, I)) < missing] = 0
+    y = rng.binomial(n, expit(theta[:, None] - b[None, :]))
+    resp = ResponseMatrix([f"m{j:04d}" for j in range(J)], [f"q{i}" for i in range(I)], y, n, "<sim>")
+    return resp, theta, b
+
+
+def test_softplus_sums_match_long_double_sums_in_the_tails_too():
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for _ in range(15):
+        J, L = int(rng.integers(200, 2000)), int(rng.integers(60, 900))
+        v = rng.normal(rng.normal(0, 2), rng.uniform(0.5, 4), J)
+        w = rng.integers(1, 5, J).astype(float)
+        x = rng.uniform(-25, 5) + np.sort(rng.uniform(0, rng.uniform(0.5, 60), L))
+        X = (v[:, None] - x[None, :]).astype(np.longdouble)
+        exact = ((np.maximum(X, 0) + np.log1p(np.exp(-np.abs(X)))) * w[:, None]).sum(0)
+        worst = max(worst, float(np.max(np.abs(fast.softplus_sums(v, w, x) - exact))))
+    assert worst < 1e-8
+
+
+def test_the_exact_hessian_matches_differences_of_the_gradient():
+    rng = np.random.default_rng(3)
+    resp, _, _ = _binary(40, 400, seed=3)
+    keys = fast.reduce_items(resp.n_correct, resp.n_trials)
+    prior = Population.normal(0.0, 2.0)
+    theta = rng.normal(0, 1, 40)
+    model = fast.pilot_model(keys, theta, 14.0, prior)
+    H = np.empty((40, 40))
+    for j in range(40):
+        e = np.zeros(40)
+        e[j] = 1e-4
+        H[j] = (model.logp_grad(theta + e)[1] - model.logp_grad(theta - e)[1]) / 2e-4
+    H = -(H + H.T) / 2
+    exact = fast._neg_hessian(model, theta)
+    assert np.max(np.abs(exact - H)) < 1e-6 * np.max(np.abs(H))
+
+
+def test_gibbs_and_the_independence_sampler_agree_on_the_same_posterior():
+    resp, _, _ = _binary(20, 200, seed=1)
+    spec = with_population(resp, IRTSpec())
+    settings = SamplerSettings(draws=600)
+    g = gibbs.fit_gibbs(resp, spec, settings)
+    f = fast.fit_fast(resp, spec, settings)
+    assert g.extra["fast"]["engine"] == "gibbs" and f.extra["fast"]["engine"] == "imh"
+    for name in ("theta", "b"):
+        a, c = getattr(g, name), getattr(f, name)
+        sd = c.std((0, 1))
+        # Monte Carlo error of a difference of two means from ~2,000 effective draws each: ~0.03 SD
+        assert np.max(np.abs(a.mean((0, 1)) - c.mean((0, 1))) / sd) < 0.15
+        assert 0.88 < float(np.min(a.std((0, 1)) / sd)) and float(np.max(a.std((0, 1)) / sd)) < 1.12
+    rhat, _, _ = rank_diagnostics(g.theta)
+    assert np.nanmax(rhat) < 1.01
+
+
+def test_gibbs_is_deterministic_and_refuses_guessing():
+    resp, _, _ = _binary(12, 80, seed=2)
+    spec = with_population(resp, IRTSpec())
+    s = SamplerSettings(chains=2, draws=50, seed=5)
+    a, b = gibbs.fit_gibbs(resp, spec, s), gibbs.fit_gibbs(resp, spec, s)
+    assert np.array_equal(a.theta, b.theta) and np.array_equal(a.b, b.b)
+    with pytest.raises(ValueError, match="guessing"):
+        gibbs.fit_gibbs(resp, IRTSpec(guessing=np.full(80, 0.25), prior=spec.prior), s)
+    assert gibbs.use_gibbs(100, None) and not gibbs.use_gibbs(99, None)
+    assert not gibbs.use_gibbs(500, np.full(3, 0.1))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("missing", [0.0, 0.3], ids=["complete", "30% missing"])
+def test_a_leaderboard_fit_covers_the_truth_and_converges(missing):
+    """150 models: fit_irt's default sampler runs Gibbs; its 90 % intervals cover the true abilities and
+    difficulties (drawn from a shape the prior does not have) at about their nominal rate."""
+    resp, theta, b = _binary(150, 400, seed=7, missing=missing)
+    fit = fit_irt(resp, IRTSpec(), SamplerSettings(draws=500))
+    assert fit.extra["fast"]["engine"] == "gibbs"
+    for draws, truth in ((fit.theta, theta), (fit.b, b)):
+        flat = draws.reshape(-1, draws.shape[2])
+        lo, hi = np.quantile(flat, [0.05, 0.95], axis=0)
+        cover = float(np.mean((truth >= lo) & (truth <= hi)))
+        assert 0.84 <= cover <= 0.96, cover
+        rhat, bulk, _ = rank_diagnostics(draws)
+        assert np.nanmax(rhat) < 1.01 and np.nanmin(bulk) > 400
