@@ -47,7 +47,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -401,6 +401,15 @@ def block_log_density(thetas: np.ndarray, blk: Block) -> tuple[np.ndarray, np.nd
     return ell - blk.r[:, None] * (blk.nodes[None, :, :] + delta[:, None, None]), delta
 
 
+def _on_lattice(W: np.ndarray, blk: Block) -> np.ndarray:
+    """(Kb, G) values on each key's window nodes -> (Kb, L) on the whole lattice (zeros outside the window)."""
+    if blk.idx is None:
+        return W
+    Om = np.zeros((len(blk.keys), len(blk.grid)))
+    np.put_along_axis(Om, blk.idx, W, axis=1)
+    return Om
+
+
 def block_logp_grad(theta: np.ndarray, blk: Block) -> tuple[float, np.ndarray]:
     """sum_k mult_k log integral exp(ell_k(b)) db (up to a constant) and its gradient in theta (J,).
 
@@ -432,11 +441,7 @@ def block_logp_grad(theta: np.ndarray, blk: Block) -> tuple[float, np.ndarray]:
         om = W.sum(0) if blk.idx is None else np.bincount(blk.idx.ravel(), W.ravel(), minlength=len(blk.grid))
         grad = -blk.n_shared * (SG @ om)
     else:
-        if blk.idx is None:
-            Om = W
-        else:
-            Om = np.zeros((len(blk.keys), len(blk.grid)))
-            np.put_along_axis(Om, blk.idx, W, axis=1)
+        Om = _on_lattice(W, blk)
         if blk.n_shared is not None:
             grad = -blk.n_shared * (SG @ Om.sum(0))
         else:
@@ -542,11 +547,7 @@ def block_neg_hessian(theta: np.ndarray, blk: Block) -> np.ndarray:
     ell = (base[None, :] if blk.idx is None else base[blk.idx]) - blk.r[:, None] * (blk.nodes + delta)
     P = np.exp(ell - ell.max(axis=1, keepdims=True))
     P /= P.sum(axis=1, keepdims=True)
-    if blk.idx is None:
-        Om = np.broadcast_to(P, (len(blk.keys), len(blk.grid)))
-    else:
-        Om = np.zeros((len(blk.keys), len(blk.grid)))
-        np.put_along_axis(Om, blk.idx, P, axis=1)
+    Om = _on_lattice(P, blk)
     omega = blk.mult @ Om  # (L,) node weights summed over keys
     A = Om @ SG.T  # (K, J) E_k[s_j]
     second = (SG * omega) @ SG.T - A.T @ (A * blk.mult[:, None])  # sum_k mult_k Cov_k(s_j, s_l)
@@ -1228,6 +1229,15 @@ def _draw_block_compiled(blk: Block, items: np.ndarray, local: np.ndarray, theta
 # ------------------------------------------------------------------------------------------------ the sampler
 
 
+ChainResult = tuple[np.ndarray, int, np.ndarray, float]  # theta (C, S, J), divergences, acceptance (C,), edge ratio
+
+
+class ChainJob(Protocol):
+    """What worker processes run: :class:`_ChainJob` (IMH / NUTS) or :class:`benchfill.irt.gibbs.GibbsJob`."""
+
+    def run(self, settings: SamplerSettings, first_chain: int, b_out: np.ndarray) -> ChainResult: ...
+
+
 @dataclass(frozen=True)
 class _ChainJob:
     """Everything a set of chains needs: the abilities by IMH (or NUTS), then the exact difficulty draws."""
@@ -1236,8 +1246,7 @@ class _ChainJob:
     names: list[str]
     proposal: Proposal | None  # None: NUTS
 
-    def run(self, settings: SamplerSettings, first_chain: int, b_out: np.ndarray
-            ) -> tuple[np.ndarray, int, np.ndarray, float]:
+    def run(self, settings: SamplerSettings, first_chain: int, b_out: np.ndarray) -> ChainResult:
         """Chains ``first_chain`` .. ``first_chain + settings.chains - 1`` of the fit: fill ``b_out`` (C, S, I)
         with their difficulty draws; -> theta (C, S, J), divergences, per-chain acceptance (NaN under NUTS),
         edge ratio.
@@ -1342,10 +1351,10 @@ def _attach(path: str, shape: tuple[int, int, int], dtype: str) -> np.ndarray:
     return np.frombuffer(mm, dtype=np.dtype(dtype), count=int(np.prod(shape))).reshape(shape)
 
 
-_FORKED: tuple[_ChainJob, np.ndarray] | None = None
+_FORKED: tuple[ChainJob, np.ndarray] | None = None
 
 
-def _worker_run(job: _ChainJob, settings: SamplerSettings, first_chain: int, b_out: np.ndarray):
+def _worker_run(job: ChainJob, settings: SamplerSettings, first_chain: int, b_out: np.ndarray):
     from threadpoolctl import threadpool_limits
 
     # one BLAS thread per worker: each worker already has a core (measured: 2 x 2 OpenBLAS threads made a
@@ -1361,7 +1370,7 @@ def _forked_run(args: tuple[SamplerSettings, int]):
     return _worker_run(job, settings, c0, b_out[c0 : c0 + settings.chains])
 
 
-def _server_run(args: tuple[_ChainJob, SamplerSettings, int, str, tuple[int, int, int], str]):
+def _server_run(args: tuple[ChainJob, SamplerSettings, int, str, tuple[int, int, int], str]):
     job, settings, c0, path, shape, dtype = args
     return _worker_run(job, settings, c0, _attach(path, shape, dtype)[c0 : c0 + settings.chains])
 
@@ -1400,7 +1409,26 @@ def _finish(pool: Any, results: Any) -> Any:
     return results
 
 
-def _run_parallel(job: _ChainJob, parts: list[SamplerSettings], out: _SharedFile):
+def run_chains(job: ChainJob, settings: SamplerSettings, parts: list[SamplerSettings], n_items: int
+               ) -> tuple[list[ChainResult], list[SamplerSettings], np.ndarray]:
+    """Run the chains of ``settings`` split as ``parts``: one worker process per part writing its difficulty draws
+    into a shared (C, S, I) float32 array, or all in this process when there is one part or workers are
+    unavailable. Returns each part's result, the parts actually run, and the draws (C, S, I)."""
+    shape = (settings.chains, settings.draws, n_items)
+    results = None
+    if len(parts) > 1:
+        shared = _SharedFile(shape, B_DTYPE)
+        b = shared.array
+        results = _run_parallel(job, parts, shared)
+    else:
+        b = np.empty(shape, dtype=B_DTYPE)
+    if results is None:  # one process: all chains, then all difficulty draws
+        results = [job.run(settings, 0, b)]
+        parts = [settings]
+    return results, parts, b
+
+
+def _run_parallel(job: ChainJob, parts: list[SamplerSettings], out: _SharedFile):
     """Run each part in its own process writing into ``out``; None if that is unavailable or fails, and the
     caller falls back to one process."""
     import multiprocessing as mp
@@ -1480,18 +1508,7 @@ def _fit_fast(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSetting
     forks = start_method() == "fork"
     big = (not use_imh or C * S * I >= (FORK_MIN_DRAWS if forks else PARALLEL_MIN_DRAWS)
            or keys.n_keys >= PARALLEL_MIN_KEYS)
-    parts = _chain_split(settings) if big else [settings]
-    dtype = B_DTYPE
-    results = None
-    if len(parts) > 1:
-        shared = _SharedFile((C, S, I), dtype)
-        b = shared.array
-        results = _run_parallel(job, parts, shared)
-    else:
-        b = np.empty((C, S, I), dtype=dtype)
-    if results is None:  # one process: all chains, then all difficulty draws
-        results = [job.run(settings, 0, b)]
-        parts = [settings]
+    results, parts, b = run_chains(job, settings, _chain_split(settings) if big else [settings], I)
     theta = np.concatenate([r[0] for r in results], axis=0)
     div = sum(r[1] for r in results)
     accept = np.concatenate([r[2] for r in results])

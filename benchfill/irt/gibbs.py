@@ -27,7 +27,7 @@ alone, so the chain keeps its target. The output is the fast engine's :class:`be
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -68,13 +68,11 @@ class Conditional:
         keys: the likelihood keys (items, or models for the transposed problem).
         prior: the "difficulties'" prior (the population for items, N(0, 1) for models).
         blocks: the current lattices (None until the first draw).
-        rebuilds: how many times the windows were redone because a draw reached an edge.
     """
 
     keys: fast.ItemKeys
     prior: Population
     blocks: list[fast.Block] | None = None
-    rebuilds: int = 0
 
     def build(self, abilities: np.ndarray, margins: fast.MarginFn) -> None:
         """Windows of every key at ``abilities``, with ``margins`` of room for the abilities' later moves."""
@@ -98,7 +96,6 @@ class Conditional:
         row = out[None, :]
         _, edge = fast.draw_difficulties(self.keys, self.blocks, abilities[None, :], rng, row)
         if edge > EDGE_REBUILD:  # decided from the state alone (the densities at the window ends), not the draw
-            self.rebuilds += 1
             self.build(abilities, _room(START_ROOM))
             _, edge = fast.draw_difficulties(self.keys, self.blocks, abilities[None, :], rng, row)
         return edge
@@ -126,10 +123,8 @@ class GibbsJob:
     models: fast.ItemKeys
     prior: Population
     theta_start: np.ndarray
-    names: list[str] = field(default_factory=list)
 
-    def run(self, settings: SamplerSettings, first_chain: int, b_out: np.ndarray
-            ) -> tuple[np.ndarray, int, np.ndarray, float]:
+    def run(self, settings: SamplerSettings, first_chain: int, b_out: np.ndarray) -> fast.ChainResult:
         """Chains ``first_chain`` .. of the fit into ``b_out`` (C, S, I); -> theta (C, S, J), 0 divergences, each
         chain's shift acceptance rate, the largest edge ratio. Chain c draws from the stream (seed, c), so the draws
         do not depend on which process runs it."""
@@ -143,7 +138,7 @@ class GibbsJob:
 
     def chain(self, settings: SamplerSettings, rng: np.random.Generator, b_out: np.ndarray
               ) -> tuple[np.ndarray, float, float]:
-        """One chain: ``min(tune, max(WARM_UP, 100))`` discarded sweeps, then ``draws`` kept ones into
+        """One chain: ``max(WARM_UP, min(tune, 100))`` discarded sweeps, then ``draws`` kept ones into
         ``b_out`` (S, I); -> theta (S, J), shift acceptance, edge ratio."""
         J, I = len(self.theta_start), len(self.items.item_key)
         on_items = Conditional(self.items, self.prior)
@@ -216,19 +211,9 @@ def _fit_gibbs(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettin
     y, n = responses.n_correct, responses.n_trials
     items = fast.reduce_items(y, n)
     models = fast.reduce_items(np.asarray(y).T, np.asarray(n).T)
-    job = GibbsJob(items, models, spec.population_prior, start_abilities(y, n), list(responses.models))
+    job = GibbsJob(items, models, spec.population_prior, start_abilities(y, n))
     C, S, I = settings.chains, settings.draws, len(responses.item_ids)
-    parts = fast._chain_split(settings)
-    results = None
-    if len(parts) > 1:
-        shared = fast._SharedFile((C, S, I), fast.B_DTYPE)
-        b = shared.array
-        results = fast._run_parallel(job, parts, shared)  # type: ignore[arg-type]
-    else:
-        b = np.empty((C, S, I), dtype=fast.B_DTYPE)
-    if results is None:
-        results = [job.run(settings, 0, b)]
-        parts = [settings]
+    results, parts, b = fast.run_chains(job, settings, fast._chain_split(settings), I)
     theta = np.concatenate([r[0] for r in results], axis=0)
     accept = np.concatenate([r[2] for r in results])
     edge = max(r[3] for r in results)
