@@ -28,8 +28,14 @@ from benchfill.irt.prior import Population
 
 METRICS = ("ddm", "max_gap", "top5_sum")
 MULTINOMIAL_MAX_PATTERNS = 64  # trial patterns (columns of n) up to which the exact multinomial null is used
-MULTINOMIAL_MAX_TRIALS = 400  # ... and trials per item (the Poisson-binomial costs B_NODES x trials^2)
-B_NODES = 2000
+# ... when its Poisson-binomial convolutions (~ nodes x trials x window per pattern) cost less than simulating
+# every cell of every replicate; the constant converts one to the other (measured: a convolution element-step
+# costs ~1/4 of a simulated cell)
+CONVOLUTION_PER_CELL = 4.0
+MIN_NODES = 400  # midpoint nodes over U(lo, hi) in the exact null, at least ...
+NODES_PER_SD = 8.0  # ... and per narrowest SD of b given a total (1 / sqrt(trials / 4))
+PMF_TOL = 1e-15  # mass per node below which the edge columns of a total's distribution are dropped
+NODE_CHUNK = 128  # nodes convolved together (they share one window of totals)
 KEY_DRAW_BUDGET = 1e6  # distinct keys x ability draws integrated by the null
 MIN_DRAWS = 25
 THRESHOLDS = {"ddm": M.FLAG_DDM, "max_gap": M.FLAG_MAX_GAP, "top5_sum": M.FLAG_TOP5}
@@ -147,7 +153,8 @@ def design_null(theta_draws: np.ndarray, n_trials: np.ndarray, guessing: np.ndar
     patterns, pattern_of = np.unique(n.T, axis=0, return_inverse=True)
     pattern_of = pattern_of.reshape(-1)
     plain = c <= 0
-    if plain.all() and len(patterns) <= MULTINOMIAL_MAX_PATTERNS and patterns.sum(1).max() <= MULTINOMIAL_MAX_TRIALS:
+    if plain.all() and len(patterns) <= MULTINOMIAL_MAX_PATTERNS and _exact_is_cheaper(patterns, J * I, replicates,
+                                                                                         (lo, hi)):
         return _multinomial_null(theta_draws, theta, patterns, np.bincount(pattern_of, minlength=len(patterns)),
                                  (lo, hi), replicates, rng, prior)
     c_values, c_index = np.unique(c, return_inverse=True)
@@ -200,26 +207,16 @@ def _multinomial_null(theta_draws: np.ndarray, theta: np.ndarray, patterns: np.n
                       prior: Population | None = None) -> dict[str, np.ndarray]:
     """The null without guessing and with few trial patterns, exactly and without simulating answers: an item of
     pattern p with b ~ U(lo, hi) has total r with probability pi_p(r) = mean over b of the Poisson-binomial
-    P(r | b), and items are independent, so a replicate's key counts are Multinomial(I_p, pi_p) per pattern."""
-    lo, hi = b_range
-    b = lo + (hi - lo) * (np.arange(B_NODES) + 0.5) / B_NODES  # midpoint rule over U(lo, hi)
-    p = 1.0 / (1.0 + np.exp(-(theta[:, None] - b[None, :])))  # (J, B)
+    P(r | b) (:func:`mixture_total_pmf`), and items are independent, so a replicate's key counts are
+    Multinomial(I_p, pi_p) per pattern."""
     probs, means = [], []
     draws = thin_draws(np.asarray(theta_draws, dtype=float), EXACT_DRAWS)
     for pattern in patterns:
-        dist = np.ones((B_NODES, 1))
-        for j in np.flatnonzero(pattern):  # convolve in each model's Binomial(n_j, p_j(b))
-            k = np.arange(pattern[j] + 1)
-            coef = np.array([math.comb(int(pattern[j]), int(t)) for t in k], dtype=float)
-            pmf = coef * p[j][:, None] ** k * (1.0 - p[j][:, None]) ** (pattern[j] - k)  # (B, n_j + 1) binomial
-            new = np.zeros((B_NODES, dist.shape[1] + pattern[j]))
-            for t in range(pattern[j] + 1):
-                new[:, t:t + dist.shape[1]] += dist * pmf[:, t:t + 1]
-            dist = new
-        probs.append(dist.mean(0))
-        total = np.arange(dist.shape[1])
-        y = np.clip(total[:, None] - (np.cumsum(pattern) - pattern)[None, :], 0, pattern[None, :])
-        means.append(grid_key_moments(draws, y, np.broadcast_to(pattern, y.shape), prior=prior).mean)
+        probs.append(mixture_total_pmf(theta, pattern, b_range))
+        keys = attainable_keys(pattern)  # every total, spread over the models in order
+        assert keys is not None  # without guessing the keys are the totals: never too many
+        y, rows = keys
+        means.append(grid_key_moments(draws, y, rows, prior=prior).mean)
     values = np.concatenate(means)
     order = np.argsort(values, kind="stable")
     out = {k: np.empty(replicates) for k in METRICS}
@@ -230,6 +227,73 @@ def _multinomial_null(theta_draws: np.ndarray, theta: np.ndarray, patterns: np.n
             out[name][r] = v
     out["theta_draws"] = np.array(len(draws))
     return out
+
+
+def null_nodes(pattern: np.ndarray, b_range: tuple[float, float]) -> int:
+    """Midpoint nodes over U(lo, hi) for :func:`mixture_total_pmf`: NODES_PER_SD per narrowest SD of b given a
+    total (at least 1 / sqrt(trials / 4)), and at least MIN_NODES."""
+    narrowest = 1.0 / math.sqrt(max(float(np.sum(pattern)), 1.0) / 4.0)
+    return max(MIN_NODES, int(math.ceil(NODES_PER_SD * (b_range[1] - b_range[0]) / narrowest)))
+
+
+def mixture_total_pmf(theta: np.ndarray, pattern: np.ndarray, b_range: tuple[float, float]) -> np.ndarray:
+    """(N + 1,) probability of each total correct of an item with b ~ U(lo, hi), answered by abilities ``theta``
+    (J,) with ``pattern`` (J,) trials (N in all): the midpoint rule over :func:`null_nodes` nodes of the
+    Poisson-binomial P(total | b), each the convolution of the models' Binomial(n_j, p_j(b)).
+
+    Nodes are convolved NODE_CHUNK at a time, and edge totals whose mass is below PMF_TOL at every node of the
+    chunk are dropped as the convolution grows (a convolution moves mass, never creates it, so the result is off
+    by at most the dropped mass, < 2 PMF_TOL per model): the window of totals stays ~ 15 SD wide, not N + 1.
+    """
+    lo, hi = b_range
+    pattern = np.asarray(pattern, dtype=np.int64)
+    models = np.flatnonzero(pattern)
+    trials = pattern[models].tolist()
+    total = int(pattern.sum())
+    B = null_nodes(pattern, b_range)
+    b = lo + (hi - lo) * (np.arange(B) + 0.5) / B
+    out = np.zeros(total + 1)
+    coefs = {n: np.array([math.comb(n, t) for t in range(n + 1)], dtype=float) for n in set(trials)}
+    for start in range(0, B, NODE_CHUNK):
+        p = 1.0 / (1.0 + np.exp(-(theta[models, None] - b[None, start:start + NODE_CHUNK])))  # (J', C)
+        buf = np.zeros((p.shape[1], total + 1))  # totals first..last - 1 live in buf[:, first:last]
+        buf[:, 0] = 1.0
+        first, last = 0, 1
+        for n_j, p_j in zip(trials, p):
+            q = p_j[:, None]
+            live = buf[:, first:last]
+            if n_j == 1:  # in place: P(t) = P(t)(1 - q) + P(t - 1) q
+                moved = live * q
+                live *= 1.0 - q
+                buf[:, first + 1:last + 1] += moved
+            else:
+                k = np.arange(n_j + 1)
+                pmf = coefs[n_j] * q**k * (1.0 - q) ** (n_j - k)  # (C, n_j + 1) binomial
+                old = live.copy()
+                live *= pmf[:, :1]
+                for t in range(1, n_j + 1):
+                    buf[:, first + t:last + t] += old * pmf[:, t:t + 1]
+            last += n_j
+            edge = buf[:, first:last].max(0)
+            drop_lo = int(np.searchsorted(np.cumsum(edge), PMF_TOL))
+            drop_hi = int(np.searchsorted(np.cumsum(edge[::-1]), PMF_TOL))
+            drop_lo = min(drop_lo, last - first - 1)
+            buf[:, first:first + drop_lo] = 0.0
+            first += drop_lo
+            if drop_hi and last - drop_hi > first:
+                buf[:, last - drop_hi:last] = 0.0
+                last -= drop_hi
+        out += buf.sum(0)
+    return out / B
+
+
+def _exact_is_cheaper(patterns: np.ndarray, cells: int, replicates: int, b_range: tuple[float, float]) -> bool:
+    """Whether the exact multinomial null costs less than simulating ``replicates`` x ``cells`` answers (each
+    pattern's convolution: nodes x trials x a window of ~ 15 SD of the total, at most every total)."""
+    trials = patterns.sum(1).astype(float)
+    window = np.minimum(trials + 1.0, 15.0 * np.sqrt(trials / 4.0) + 2 * NODE_CHUNK)
+    nodes = np.array([null_nodes(p, b_range) for p in patterns], dtype=float)
+    return float(np.sum(nodes * trials * window)) <= CONVOLUTION_PER_CELL * replicates * cells
 
 
 def _integrate(new: dict[object, np.ndarray], cache: dict[object, float], draws: np.ndarray,

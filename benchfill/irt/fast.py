@@ -278,6 +278,9 @@ def _chebyshev_degree(v: np.ndarray, w_sum: float, a: float, c: float) -> int:
     return max(2, int(np.ceil(np.log(4.0 * bound / ((rho - 1.0) * CHEB_TOL)) / np.log(rho))))
 
 
+CHEB_MIN_TERMS = 50_000  # softplus terms (J x nodes) from which softplus_sums interpolates
+
+
 def softplus_sums(values: np.ndarray, weights: np.ndarray, nodes: np.ndarray) -> np.ndarray:
     """s(x) = sum_j w_j softplus(v_j - x) at the nodes x (L,) -> (L,), nats.
 
@@ -294,7 +297,7 @@ def softplus_sums(values: np.ndarray, weights: np.ndarray, nodes: np.ndarray) ->
     v = np.asarray(values, dtype=float)
     w = np.asarray(weights, dtype=float)
     x = np.asarray(nodes, dtype=float)
-    if len(v) * len(x) < 50_000:
+    if len(v) * len(x) < CHEB_MIN_TERMS:
         return softplus(v[:, None] - x[None, :]).T @ w
     order = np.argsort(x, kind="stable")
     xs = x[order]
@@ -339,8 +342,11 @@ def lattice_terms(thetas: np.ndarray, blk: Block) -> tuple[np.ndarray, np.ndarra
     B, L = len(thetas), len(blk.grid)
     grid = blk.grid[None, :] + delta[:, None]  # (B, L)
     base = blk.prior.log_density_unnormalised(grid)
-    if B == 1 and blk.n_shared is not None and blk.log_c is None:  # one ability vector (a Gibbs sweep)
-        return base - softplus_sums(thetas[0], blk.n_shared, grid[0])[None, :], np.empty((0, B, L)), delta
+    if blk.n_shared is not None and blk.log_c is None and (B == 1 or thetas.shape[1] * L >= CHEB_MIN_TERMS):
+        # sum_j n_j softplus(theta_j - b) by interpolation, one ability vector at a time (below
+        # CHEB_MIN_TERMS the direct sums of all vectors at once are cheaper)
+        sums = np.stack([softplus_sums(theta, blk.n_shared, nodes) for theta, nodes in zip(thetas, grid)])
+        return base - sums, np.empty((0, B, L)), delta
     X = thetas[:, :, None] - grid[:, None, :]  # (B, J, L)
     weights, terms = [], []
     if blk.n_shared is not None:

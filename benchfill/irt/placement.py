@@ -15,6 +15,7 @@ once (without guessing, rows with the same trials and the same total correct hav
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -274,6 +275,53 @@ def grid_key_moments(theta_draws: np.ndarray, n_correct: np.ndarray, n_trials: n
     prior = prior or Population.paper()
     keys = fast.reduce_items(y.T, n.T, guessing)
     draws = np.asarray(theta_draws, dtype=float)
+    # The diagnosis asks for the same keys under the same draws and population three times (its items, the
+    # null's every total, the placements a new item can reach): each key is integrated once.
+    memo = _KEY_MEMO.on(draws, prior)
+    tags = [hashlib.blake2b(row.tobytes(), digest_size=16).digest()
+            for row in np.concatenate([keys.n, keys.y, keys.r[:, None], keys.c[:, None]], axis=1)]
+    missing = [k for k, tag in enumerate(tags) if tag not in memo]
+    if missing:
+        rows = np.asarray(missing)
+        n_rows = keys.n[rows]
+        spread = np.clip(keys.r[rows, None] - (np.cumsum(n_rows, 1) - n_rows), 0, n_rows)  # the total, in order
+        y_rows = np.where((keys.c[rows] > 0)[:, None], keys.y[rows], spread)
+        c_rows = keys.c[rows] if np.any(keys.c[rows] > 0) else None
+        fresh = _grid_key_moments(draws, y_rows.astype(np.int64), n_rows.astype(np.int64), c_rows, prior,
+                                  h_factor, max_nodes)
+        for k, mean, sd in zip(missing, fresh.item_mean.tolist(), fresh.item_sd.tolist()):
+            memo[tags[k]] = (mean, sd)
+    mean, sd = np.array([memo[tag] for tag in tags], dtype=float).reshape(-1, 2).T
+    return KeyMoments(mean=mean, sd=sd, item_key=keys.item_key)
+
+
+class _KeyMemo:
+    """Per-key moments (mean, sd) under the last ability draws and population asked for (one at a time: a new
+    fit's draws replace the old ones), bounded to MEMO_MAX_KEYS keys."""
+
+    def __init__(self) -> None:
+        self.tag: bytes = b""
+        self.moments: dict[bytes, tuple[float, float]] = {}
+
+    def on(self, draws: np.ndarray, prior: Population) -> dict[bytes, tuple[float, float]]:
+        digest = hashlib.blake2b(np.ascontiguousarray(draws).tobytes(), digest_size=16)
+        digest.update(repr((draws.shape, prior.kind, prior.mu, prior.sigma, prior.knot_lo, prior.knot_step,
+                            prior.penalty)).encode())
+        digest.update(np.asarray(prior.coef, dtype=float).tobytes())
+        tag = digest.digest()
+        if tag != self.tag or len(self.moments) > MEMO_MAX_KEYS:
+            self.tag, self.moments = tag, {}
+        return self.moments
+
+
+MEMO_MAX_KEYS = 500_000
+_KEY_MEMO = _KeyMemo()
+
+
+def _grid_key_moments(draws: np.ndarray, y: np.ndarray, n: np.ndarray, guessing: np.ndarray | None,
+                      prior: Population, h_factor: float, max_nodes: int) -> KeyMoments:
+    """:func:`grid_key_moments` without the memo: (K, J) count rows ``y`` / ``n``."""
+    keys = fast.reduce_items(y.T, n.T, guessing)
     # The conditional posterior of b is no narrower than 1 / sqrt(prior curvature + sum_j n_j / 4) (the
     # information bound), and the prior's own features need no finer spacing than that.
     h = 1.0 / (h_factor * np.sqrt(prior.curvature + keys.n.sum(1).max() / 4.0))
@@ -283,7 +331,7 @@ def grid_key_moments(theta_draws: np.ndarray, n_correct: np.ndarray, n_trials: n
     lo, hi = min(p_lo, draws.min() - 8.0), max(p_hi, draws.max() + 8.0)
     G = int(np.ceil((hi - lo) / h)) + 1
     if G > max_nodes:  # many trials per item: narrow posteriors, cheaper in per-key windows
-        return key_posterior_moments(draws, n_correct, n_trials, guessing, prior)
+        return key_posterior_moments(draws, y, n, guessing, prior)
     grid = lo + h * np.arange(G)
     step = max(1, KEY_CHUNK_ELEMENTS // G)  # keys per chunk: the (keys, G) temporaries stay in cache
 
