@@ -106,3 +106,18 @@ def test_a_leaderboard_fit_covers_the_truth_and_converges(missing):
         assert 0.84 <= cover <= 0.96, cover
         rhat, bulk, _ = rank_diagnostics(draws)
         assert np.nanmax(rhat) < 1.01 and np.nanmin(bulk) > 400
+
+
+@pytest.mark.parametrize("shape,dtype", [((3000, 600), np.int64), ((400, 3001), np.int32), ((200, 12), bool),
+                                         ((50, 30), float), ((5, 3), np.int64)])
+def test_unique_rows_is_numpys_unique_over_rows(shape, dtype):
+    """The hashed grouping the keys are built with gives exactly np.unique's rows, first indices, inverse and
+    counts (sorted the same way), for wide and narrow, integer, boolean and float tables."""
+    rng = np.random.default_rng(shape[1])
+    base = rng.integers(-2, 3, (max(shape[0] // 4, 2), shape[1])).astype(dtype)
+    table = base[rng.integers(len(base), size=shape[0])]
+    want = np.unique(table, axis=0, return_index=True, return_inverse=True, return_counts=True)
+    got = fast.unique_rows(table)
+    assert np.array_equal(got[0], want[0])
+    for g, w in zip(got[1:], want[1:]):
+        assert np.array_equal(g, w.reshape(-1))

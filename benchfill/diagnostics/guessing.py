@@ -77,8 +77,8 @@ def count_keys(n_correct: np.ndarray, n_trials: np.ndarray, guessing: np.ndarray
     c = np.asarray(guessing, dtype=float).reshape(-1)
     _, code = np.unique(c, return_inverse=True)
     table = np.concatenate([code.reshape(-1, 1), n.T, y.T], axis=1)
-    uniq, first, item_key = np.unique(table, axis=0, return_index=True, return_inverse=True)
-    return uniq[:, 1 + J :], uniq[:, 1 : 1 + J], c[first], item_key.reshape(-1)
+    uniq, first, item_key, _ = fast.unique_rows(table)
+    return uniq[:, 1 + J :], uniq[:, 1 : 1 + J], c[first], item_key
 
 
 def item_log_marginals(theta: np.ndarray, y: np.ndarray, n: np.ndarray, c: np.ndarray, prior: Population,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchfill.diagnostics import metrics as M
+from benchfill.irt.fast import unique_rows
 from benchfill.irt.model import thin_draws
 from benchfill.irt.placement import EXACT_DRAWS, grid_key_moments
 from benchfill.irt.prior import Population
@@ -150,8 +151,7 @@ def design_null(theta_draws: np.ndarray, n_trials: np.ndarray, guessing: np.ndar
     theta = np.asarray(theta_draws, dtype=float).mean(0)
     lo, hi = b_range
     # Items without guessing are keyed by (trial pattern, total correct); with guessing by the whole column.
-    patterns, pattern_of = np.unique(n.T, axis=0, return_inverse=True)
-    pattern_of = pattern_of.reshape(-1)
+    patterns, _, pattern_of, _ = unique_rows(n.T)
     plain = c <= 0
     if plain.all() and len(patterns) <= MULTINOMIAL_MAX_PATTERNS and _exact_is_cheaper(patterns, J * I, replicates,
                                                                                          (lo, hi)):

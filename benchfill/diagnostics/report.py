@@ -28,7 +28,7 @@ from benchfill.diagnostics.null import (
     summarise_null,
 )
 from benchfill.irt.checks import Check, run_checks
-from benchfill.irt.fast import reduce_items
+from benchfill.irt.fast import reduce_items, unique_rows
 from benchfill.irt.fit import fit_irt
 from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings, thin_draws
 from benchfill.irt.placement import exact_item_moments
@@ -371,7 +371,7 @@ def modal_pattern(n_trials: np.ndarray) -> np.ndarray:
     column of an item answered by the median number of models (the most common column there would be an
     arbitrary one, often among the least answered)."""
     n = np.asarray(n_trials)
-    patterns, counts = np.unique(n.T, axis=0, return_counts=True)
+    patterns, _, _, counts = unique_rows(n.T)
     if counts.max() >= MODAL_MIN_SHARE * n.shape[1]:
         return patterns[int(np.argmax(counts))]
     answered = (n > 0).sum(0)

@@ -12,6 +12,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from benchfill.data import ResponseMatrix
+from benchfill.irt.fast import unique_rows
 from benchfill.irt.model import IRTFit
 
 # Thresholds. R2-R4 are not fixed by the paper; these are stated in the report next to each figure.
@@ -283,8 +284,7 @@ def _difficulties_to_check(responses: ResponseMatrix, fit: IRTFit, limit: int | 
     else:
         gcol = np.zeros((I, 1)) if g is None else np.asarray(g, dtype=float).reshape(I, 1)
         cols = np.concatenate([gcol, n.T, y.T], axis=1)
-    _, key = np.unique(cols, axis=0, return_inverse=True)
-    key = key.reshape(-1)
+    key = unique_rows(cols)[2]
     order = np.argsort(key, kind="stable")
     first = np.searchsorted(key[order], key[order], side="left")
     rank_in_key = np.arange(I) - first  # 0 for a key's first item, 1 for its second, ...

@@ -101,6 +101,37 @@ class ItemKeys:
         return int(self.r.shape[0])
 
 
+def unique_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct rows of an integer table, as ``np.unique(table, axis=0, return_index=True,
+    return_inverse=True, return_counts=True)`` gives them (rows sorted lexicographically, column 0 first):
+    (uniq (K, W), first (K,), inverse (R,), counts (K,)).
+
+    np.unique sorts whole rows, which costs seconds on leaderboard tables (thousands of rows of thousands of
+    counts); here rows are hashed by a random linear map (wrapping int64), grouped by a 1-D unique, the groups
+    verified row by row (a collision falls back to np.unique), and only the distinct rows sorted. Float
+    tables go to np.unique itself."""
+    t = np.ascontiguousarray(table)
+    if t.dtype.kind in "iub":
+        t = t.astype(np.int64, copy=False)
+    if t.dtype != np.int64 or t.ndim != 2 or t.shape[0] < 2 or t.shape[1] < 8:  # float, narrow or tiny
+        uniq, first, inverse, counts = np.unique(t, axis=0, return_index=True, return_inverse=True,
+                                                 return_counts=True)
+        return uniq, first, inverse.reshape(-1), counts
+    weights = np.random.default_rng(0x5EED).integers(1, 2**62, size=t.shape[1], dtype=np.int64)
+    _, first, group = np.unique(t @ weights, return_index=True, return_inverse=True)
+    group = group.reshape(-1)
+    reps = t[first]
+    if not np.array_equal(reps[group], t):  # pragma: no cover - two distinct rows with one hash
+        uniq, first, inverse, counts = np.unique(t, axis=0, return_index=True, return_inverse=True,
+                                                 return_counts=True)
+        return uniq, first, inverse.reshape(-1), counts
+    order = np.lexsort(reps.T[::-1])  # lexsort's last key is the primary one
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    inverse = rank[group]
+    return reps[order], first[order], inverse, np.bincount(inverse, minlength=len(order))
+
+
 def reduce_items(n_correct: np.ndarray, n_trials: np.ndarray, guessing: np.ndarray | None = None) -> ItemKeys:
     """Deduplicate the (J, I) count matrix into likelihood keys (see module docstring).
 
@@ -124,16 +155,16 @@ def reduce_items(n_correct: np.ndarray, n_trials: np.ndarray, guessing: np.ndarr
     if plain.size:
         r = y[:, plain].sum(0)
         table = np.concatenate([n[:, plain].T, r[:, None]], axis=1)
-        uniq, inv, cnt = np.unique(table, axis=0, return_inverse=True, return_counts=True)
-        item_key[plain] = inv.reshape(-1) + offset
+        uniq, _, inv, cnt = unique_rows(table)
+        item_key[plain] = inv + offset
         parts.append((uniq[:, :J], np.zeros_like(uniq[:, :J]), uniq[:, J], np.zeros(len(uniq)), cnt))
         offset += len(uniq)
     guess = np.flatnonzero(c > 0)
     if guess.size:
         cvals, ccode = np.unique(c[guess], return_inverse=True)
         table = np.concatenate([ccode[:, None], n[:, guess].T, y[:, guess].T], axis=1)
-        uniq, inv, cnt = np.unique(table, axis=0, return_inverse=True, return_counts=True)
-        item_key[guess] = inv.reshape(-1) + offset
+        uniq, _, inv, cnt = unique_rows(table)
+        item_key[guess] = inv + offset
         parts.append((uniq[:, 1 : J + 1], uniq[:, J + 1 :], uniq[:, J + 1 :].sum(1), cvals[uniq[:, 0]], cnt))
     return ItemKeys(
         n=np.concatenate([p[0] for p in parts]).astype(float),
