@@ -113,23 +113,27 @@ def unique_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     t = np.ascontiguousarray(table)
     if t.dtype.kind in "iub":
         t = t.astype(np.int64, copy=False)
-    if t.dtype != np.int64 or t.ndim != 2 or t.shape[0] < 2 or t.shape[1] < 8:  # float, narrow or tiny
-        uniq, first, inverse, counts = np.unique(t, axis=0, return_index=True, return_inverse=True,
-                                                 return_counts=True)
-        return uniq, first, inverse.reshape(-1), counts
-    weights = np.random.default_rng(0x5EED).integers(1, 2**62, size=t.shape[1], dtype=np.int64)
-    _, first, group = np.unique(t @ weights, return_index=True, return_inverse=True)
-    group = group.reshape(-1)
-    reps = t[first]
-    if not np.array_equal(reps[group], t):  # pragma: no cover - two distinct rows with one hash
-        uniq, first, inverse, counts = np.unique(t, axis=0, return_index=True, return_inverse=True,
-                                                 return_counts=True)
-        return uniq, first, inverse.reshape(-1), counts
-    order = np.lexsort(reps.T[::-1])  # lexsort's last key is the primary one
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    inverse = rank[group]
-    return reps[order], first[order], inverse, np.bincount(inverse, minlength=len(order))
+    if t.dtype == np.int64 and t.ndim == 2 and t.shape[0] >= 2 and t.shape[1] >= 8:  # not float, narrow or tiny
+        weights = np.random.default_rng(0x5EED).integers(1, 2**62, size=t.shape[1], dtype=np.int64)
+        _, first, group = np.unique(t @ weights, return_index=True, return_inverse=True)
+        group = group.reshape(-1)
+        reps = t[first]
+        if np.array_equal(reps[group], t):  # else two distinct rows share a hash: np.unique below
+            order = np.lexsort(reps.T[::-1])  # lexsort's last key is the primary one
+            rank = np.empty_like(order)
+            rank[order] = np.arange(len(order))
+            inverse = rank[group]
+            return reps[order], first[order], inverse, np.bincount(inverse, minlength=len(order))
+    uniq, first, inverse, counts = np.unique(t, axis=0, return_index=True, return_inverse=True, return_counts=True)
+    return uniq, first, inverse.reshape(-1), counts
+
+
+def spread_totals(total: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """(K, J) correct counts that give each row the total ``total`` (K,) on trials ``n`` (K, J) or (J,), filled
+    over the models in order: a plain key's representative count row (only the total enters its likelihood)."""
+    n = np.asarray(n)
+    total = np.asarray(total)
+    return np.clip(total[:, None] - (np.cumsum(n, -1) - n), 0, n)
 
 
 def reduce_items(n_correct: np.ndarray, n_trials: np.ndarray, guessing: np.ndarray | None = None) -> ItemKeys:

@@ -284,8 +284,7 @@ def grid_key_moments(theta_draws: np.ndarray, n_correct: np.ndarray, n_trials: n
     if missing:
         rows = np.asarray(missing)
         n_rows = keys.n[rows]
-        spread = np.clip(keys.r[rows, None] - (np.cumsum(n_rows, 1) - n_rows), 0, n_rows)  # the total, in order
-        y_rows = np.where((keys.c[rows] > 0)[:, None], keys.y[rows], spread)
+        y_rows = np.where((keys.c[rows] > 0)[:, None], keys.y[rows], fast.spread_totals(keys.r[rows], n_rows))
         c_rows = keys.c[rows] if np.any(keys.c[rows] > 0) else None
         fresh = _grid_key_moments(draws, y_rows.astype(np.int64), n_rows.astype(np.int64), c_rows, prior,
                                   h_factor, max_nodes)
