@@ -12,6 +12,7 @@ symbolic link is followed, so the file it points to is replaced, not the link.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -104,3 +105,25 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 def atomic_write_json(path: str | Path, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+
+def fingerprint(*parts: Any) -> str:
+    """A short digest of JSON-able ``parts`` (keys sorted, anything else by its ``str``): what a run's or a stage's
+    inputs were, so that a rerun can tell whether they changed."""
+    blob = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:20]
+
+
+def file_digest(path: str | Path | None) -> str | None:
+    """A short digest of a file's bytes, or of a folder's files (their relative names and bytes, in a stable
+    order: a folder of eval logs read by the importers); None for None or a path that does not exist."""
+    if path is None:
+        return None
+    path = Path(path)
+    if not path.exists():
+        return None
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]:
+        h.update(str(f.relative_to(path)).encode() if path.is_dir() else b"")
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]

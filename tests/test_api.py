@@ -12,6 +12,7 @@ import benchfill as bf
 from benchfill.data import ResponseMatrix
 from benchfill.errors import InputError
 from benchfill.irt.model import SamplerSettings
+from benchfill.models.client import CallFailure, FailureKind
 
 
 def test_one_default_sampler_for_library_and_cli():
@@ -166,9 +167,10 @@ def test_result_types_are_pydantic_with_their_json_field_names():
     ev = EvaluationResult(out_dir="o", responses_path="r", calls_path="c", simulated=True, n_items=1, models=["m"],
                           rollouts={"m": 1}, answers=1, counted=1, correct=1, skipped={}, call_errors=0,
                           calls_made=1, cached=0, retries=0, tokens_in=1, tokens_out=1, cost=0.0,
-                          accuracy={"m": 1.0}, failure_errors=["x"])
+                          accuracy={"m": 1.0},
+                          failures=[CallFailure(FailureKind.SERVER_ERROR, "x")])
     dumped = json.loads(ev.model_dump_json())
-    assert list(dumped)[0] == "label" and "SIMULATED" in dumped["label"] and "failure_errors" not in dumped
+    assert list(dumped)[0] == "label" and "SIMULATED" in dumped["label"] and "failures" not in dumped
     fs = bf.FillSummary.model_validate({"simulated": False, "n_items": 3, "top3_before": 0.5, "oracle": {
         "inserted": [0.5], "top3_reduction": 0.2}, "methods": {"benchfill": {
             "gaps": [{"gap": 1, "status": "filled", "prescreen": 2}], "filled": 1, "top3_reduction": 0.1,

@@ -85,7 +85,7 @@ def test_card_then_run_then_rerun(tiny):
     assert res.exit_code == 0, res.output
     assert "SIMULATED" in res.output and "designer leaderboard" in res.output
     for name in ("report.json", "matrix.csv", "heatmap.png", "core.jsonl", "suite.jsonl", "answers.jsonl",
-                 "verdicts.jsonl", "plan.json", "seed.json", "seed_responses.csv", "calls.sqlite", "state.json"):
+                 "verdicts.jsonl", "plan.json", "seed.json", "seed_responses.csv", "calls.sqlite", "checkpoints.sqlite"):
         assert (out / name).is_file(), name
     report = json.loads((out / "report.json").read_text())
     assert json.loads((tiny / "copy.json").read_text()) == report
@@ -172,6 +172,32 @@ def test_failed_calls_are_not_the_designers_fault_and_are_retried(tiny, tmp_path
                                                  ""))
     with pytest.raises(InputError, match="every designer call failed"):
         run_designers(card, tiny / "q.yaml", only_down, tmp_path / "out2", seed_responses=tmp_path / "seed.csv")
+
+
+@pytest.mark.slow  # two runs of the tiny config (~15 s)
+def test_a_stage_whose_input_file_changed_is_recomputed_with_every_stage_after_it(tiny, tmp_path):
+    """A stage's fingerprint holds the digests of the earlier stages' files it reads: a suite that changed (here:
+    edited by hand, the generate stage's own record unchanged) makes the answers, verdicts and report stale."""
+    from benchfill.designers.pipeline import STAGES, read_jsonl, run_designers, stage_records, write_jsonl
+
+    card = tmp_path / "card.yaml"
+    invoke("designers", "card", str(tiny / "items.jsonl"), "--out", str(card))
+    out = tmp_path / "out"
+    first = run_designers(card, tiny / "q.yaml", tiny / "cfg.toml", out, seed_limit=6)
+    assert first.skipped_stages == [] and set(stage_records(out)) == set(STAGES)
+    before = stage_records(out)
+    suite = read_jsonl(out / "suite.jsonl")
+    usable = [r for r in suite if r["status"] == "ok"]
+    write_jsonl(out / "suite.jsonl", [r for r in suite if r["id"] != usable[0]["id"]])
+    again = run_designers(card, tiny / "q.yaml", tiny / "cfg.toml", out, seed_limit=6)
+    assert again.skipped_stages == ["plan", "generate", "seed"]
+    assert again.usage.calls_made == 0  # every answer and verdict it needs is in the call cache
+    answered = {a["item"] for a in read_jsonl(out / "answers.jsonl")}
+    assert usable[0]["id"] not in answered and usable[1]["id"] in answered
+    after = stage_records(out)
+    assert [s for s in STAGES if after[s] != before[s]] == ["answer", "judge", "report"]
+    third = run_designers(card, tiny / "q.yaml", tiny / "cfg.toml", out, seed_limit=6)
+    assert third.skipped_stages == list(STAGES) and third.usage.calls_made == 0
 
 
 def test_unknown_quota_category_is_one_line_exit_2(tiny, tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from openai_stub import StubServer, start_stub
 
 from benchfill.models.cache import CallCache
-from benchfill.models.client import ModelClient, SyncModelClient
+from benchfill.models.client import FailureKind, ModelClient, SyncModelClient
 from benchfill.models.config import ModelConfig
 from benchfill.models.replies import reply_json
 
@@ -298,6 +298,7 @@ def test_a_malformed_reply_after_every_retry_is_a_failure_never_cached(stub, tmp
     db = tmp_path / "c.sqlite"
     result = run(_one(db, cfg(stub, max_retries=2)))
     assert not result.ok and result.failed and "MalformedReply" in result.error
+    assert result.failure_kind is FailureKind.MALFORMED
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == 0
 
@@ -320,12 +321,46 @@ def test_an_outage_fails_the_calls_and_a_restarted_server_answers_them(tmp_path)
                         backoff_initial=0.01, backoff_max=0.02)
     down = run(_one(db, model))
     assert not down.ok and down.failed and server.calls == 0
+    assert down.failure_kind is FailureKind.UNREACHABLE  # cut connections: told by type, not by the error's text
     server.stop()
     gone = run(_one(db, model))  # nothing listens on the port at all
-    assert not gone.ok and gone.failed
+    assert not gone.ok and gone.failed and gone.failure_kind is FailureKind.UNREACHABLE
     restarted = start_stub(port=port)  # the server comes back on the same port
     try:
         back = run(_one(db, model))
         assert back.ok and not back.cached and restarted.calls == 1
     finally:
         restarted.stop()
+
+
+def test_failure_kinds_come_from_the_exceptions_types_and_status():
+    """One classification, from the exception when a call fails (never from the error line later)."""
+    import asyncio
+
+    import httpx
+    import litellm
+
+    from benchfill.models.client import CallFailure, CallsFailed, MalformedReply, classify_failure
+
+    def lit(name: str, **kw):
+        return getattr(litellm, name)(message="boom", llm_provider="openai", model="openai/m", **kw)
+
+    assert classify_failure(MalformedReply("no choices")) is FailureKind.MALFORMED
+    assert classify_failure(asyncio.TimeoutError()) is FailureKind.TIMED_OUT
+    assert classify_failure(ConnectionRefusedError()) is FailureKind.UNREACHABLE
+    assert classify_failure(lit("RateLimitError")) is FailureKind.RATE_LIMITED
+    assert classify_failure(lit("Timeout")) is FailureKind.TIMED_OUT
+    assert classify_failure(lit("AuthenticationError")) is FailureKind.AUTH
+    assert classify_failure(lit("BadRequestError")) is FailureKind.REJECTED
+    assert classify_failure(lit("ServiceUnavailableError")) is FailureKind.SERVER_ERROR
+    assert classify_failure(ValueError("odd")) is FailureKind.OTHER
+    # a 500 whose cause is a transport error: the cause decides
+    wrapped = lit("InternalServerError")
+    wrapped.__cause__ = httpx.ConnectError("refused")
+    assert classify_failure(wrapped) is FailureKind.UNREACHABLE
+    assert classify_failure(lit("InternalServerError")) is FailureKind.SERVER_ERROR
+    # the stop line names the two most common kinds
+    stop = CallsFailed([CallFailure(FailureKind.TIMED_OUT, "a"), CallFailure(FailureKind.TIMED_OUT, "b"),
+                        CallFailure(FailureKind.RATE_LIMITED, "c"), CallFailure(FailureKind.AUTH, "")])
+    assert str(stop) == "4 calls failed (timed out, rate limited); rerun with --resume" and stop.first == "a"
+    assert stop.kinds[FailureKind.TIMED_OUT] == 2

@@ -150,7 +150,7 @@ def test_a_fill_stopped_by_sigterm_or_sigkill_resumes_to_the_same_result(tmp_pat
 DESIGNERS_QUOTAS = "total: 8\nformats: {numeric: 0.5, mcq: 0.25, math: 0.25}\ndifficulty: {L1: 0.4, L3: 0.3, L5: 0.3}\n"
 # what an unbroken run writes that depends on its inputs only (report.json is compared without its timings)
 DESIGNERS_SAME = ("plan.json", "suite.jsonl", "generation.json", "seed.json", "seed_responses.csv", "answers.jsonl",
-                  "verdicts.jsonl", "matrix.csv", "core.jsonl", "state.json")
+                  "verdicts.jsonl", "matrix.csv", "core.jsonl")
 
 
 def cli(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -254,6 +254,11 @@ def test_a_stopped_designers_run_leaves_nothing_behind_and_resumes(tmp_path, des
     ref = folder / "ref"
     for name in DESIGNERS_SAME:
         assert (out / name).read_bytes() == (ref / name).read_bytes(), name
+    # every stage finished, with the unbroken run's inputs (the graph's last checkpoint)
+    from benchfill.designers.pipeline import STAGES, stage_records
+
+    assert list(stage_records(out)) and stage_records(out) == stage_records(ref)
+    assert set(stage_records(out)) == set(STAGES)
     assert report_content(out / "report.json") == report_content(ref / "report.json")
     assert not list(out.glob(".*.tmp"))
 

@@ -1,6 +1,7 @@
 """``benchfill designers run``: the whole designer evaluation, stage by stage, resumable.
 
-Stages and what each leaves in the out folder (every file written atomically):
+The stages are the nodes of a LangGraph graph (the fill's engine), run in order; what each leaves in the out folder
+(every file written atomically):
 
 1. ``plan``     -> ``plan.json``: the quota plan (target shares, largest-remainder counts, the slots).
 2. ``generate`` -> ``suite.jsonl`` (one record per requested slot and round) and ``generation.json``.
@@ -10,22 +11,27 @@ Stages and what each leaves in the out folder (every file written atomically):
 5. ``judge``    -> ``verdicts.jsonl``: static / dynamic check results and judge verdicts; the core set.
 6. ``report``   -> ``report.json``, ``matrix.csv``, ``heatmap.png``, ``core.jsonl``.
 
-``state.json`` records a fingerprint of each finished stage's inputs; a rerun skips a stage whose fingerprint and
-files are unchanged, and recomputes it otherwise. Every model call goes through the call cache
-(``calls.sqlite``), so a recomputed stage, a rerun or a resumed run pays for no call twice.
+The graph's state (:class:`DesignersState`) holds each finished stage's record: a fingerprint of its inputs (the
+config's relevant part, the prompts' texts, and the digests of the earlier stages' files it reads) and the files it
+wrote. LangGraph's SQLite checkpointer (``checkpoints.sqlite``) saves it after every node; a rerun starts at the
+first stage with the last checkpoint's records, reuses a stage whose fingerprint and files are unchanged, and
+recomputes it otherwise (and with it every stage that reads what it wrote). Every model call goes through the call
+cache (``calls.sqlite``), so a recomputed stage, a rerun or a resumed run pays for no call twice.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import math
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+from langgraph.runtime import Runtime
+from pydantic import BaseModel, Field
 
 from benchfill.aio import run_sync
 from benchfill.data import ResponseMatrix, guessing_rate, load_items
@@ -38,43 +44,16 @@ from benchfill.designers.results import SIM_NOTE, CallUsage, DesignersReport, De
 from benchfill.designers.validate import Answer, ItemVerdict, answer_items, choose_strong, count_matrix, judge_items
 from benchfill.errors import InputError, require_extra, require_sampler
 from benchfill.importers import load_responses
-from benchfill.io import atomic_write_json, atomic_write_text
+from benchfill.io import atomic_write_json, atomic_write_text, file_digest, fingerprint
 
 CALLS_DB = "calls.sqlite"
+CHECKPOINTS_DB = "checkpoints.sqlite"
 REPORT_VERSION = 5  # bump when build_report changes what it computes: a rerun then recomputes the report
 GENERATE_VERSION = 2  # bump when a suite record gains a field the report needs (2: position in the reply)
 Log = Callable[[str], None]
 
 
-# ----------------------------------------------------------------------------------------------- stage store
-
-
-def fingerprint(*parts: Any) -> str:
-    blob = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:20]
-
-
-class StageStore:
-    """Which stages are done, with which inputs (``state.json``)."""
-
-    def __init__(self, out: Path) -> None:
-        self.out = out
-        self.path = out / "state.json"
-        self.state: dict[str, dict[str, Any]] = {}
-        if self.path.is_file():
-            try:
-                self.state = json.loads(self.path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError:
-                self.state = {}
-
-    def fresh(self, stage: str, fp: str) -> bool:
-        entry = self.state.get(stage)
-        return bool(entry and entry.get("fingerprint") == fp
-                    and all((self.out / f).is_file() for f in entry.get("files", [])))
-
-    def done(self, stage: str, fp: str, files: Sequence[str]) -> None:
-        self.state[stage] = {"fingerprint": fp, "files": list(files)}
-        atomic_write_json(self.path, self.state)
+# ----------------------------------------------------------------------------------------------- files
 
 
 def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -89,6 +68,316 @@ def _model_fp(cfg: Any) -> dict[str, Any]:
     """What about a model changes its answers (never the endpoint or key)."""
     return {"model": cfg.model, "label": cfg.label, "params": cfg.sampling_params(), "seed": cfg.seed,
             "rollouts": cfg.rollouts}
+
+
+# ----------------------------------------------------------------------------------------------- state, context
+
+
+class StageRecord(BaseModel):
+    """A finished stage: the fingerprint of its inputs and the files it wrote. A rerun reuses the stage only when
+    both are as recorded (the fingerprint equal, every file present)."""
+
+    fingerprint: str
+    files: list[str]
+
+
+class DesignersState(BaseModel):
+    """What the graph checkpoints after each node: small and serialisable; the stages' outputs are the files in the
+    run folder (the next stage reads them), and every model call is in the call cache."""
+
+    stages: dict[str, StageRecord] = Field(default_factory=dict, description="every finished stage, this run's and "
+                                           "earlier runs' (a stage recomputed this run replaces its record)")
+    skipped: list[str] = Field(default_factory=list, description="the stages this run reused, in order")
+    strong: list[str] = Field(default_factory=list, description="the strong answerers (the judge stage's input)")
+    seed: dict[str, Any] | None = Field(default=None, description="seed.json's content (None: no seed benchmark)")
+
+
+@dataclass(frozen=True)
+class DesignersContext:
+    """What a run's nodes share and never change: the checked inputs, the client stack and the log."""
+
+    card: DomainCard
+    card_path: Path
+    quotas: QuotaSpec
+    targets: dict[str, dict[str, float]]
+    cfg: DesignersConfig
+    out: Path
+    lib: Any
+    client: Any
+    grader: Any
+    seed_responses: Path | None
+    seed_items: Path | None
+    seed_limit: int | None
+    irt_method: str
+    log: Log
+
+    @property
+    def sim_fp(self) -> Any:
+        return self.cfg.sim.model_dump(mode="json") if self.cfg.sim is not None else None
+
+    def prompts_fp(self, *names: str) -> dict[str, str]:
+        """The templates' texts (built-in or overridden): editing one is a different stage."""
+        return {name: self.lib.text(name) for name in names}
+
+    def answer_prompts_fp(self) -> dict[str, str]:
+        from benchfill.models.prompts import ANSWER_TEMPLATE
+
+        return self.prompts_fp(*sorted(set(ANSWER_TEMPLATE.values()) | {"grade_judge"}))
+
+    def files_fp(self, *names: str) -> dict[str, str | None]:
+        """The digests of earlier stages' files this stage reads: a stage recomputed with a different result makes
+        every stage after it stale."""
+        return {name: file_digest(self.out / name) for name in names}
+
+
+def _reuse(state: DesignersState, ctx: DesignersContext, stage: str, fp: str) -> bool:
+    rec = state.stages.get(stage)
+    return bool(rec and rec.fingerprint == fp and all((ctx.out / f).is_file() for f in rec.files))
+
+
+def _finished(state: DesignersState, stage: str, fp: str, files: Sequence[str], complete: bool = True
+              ) -> dict[str, Any]:
+    """The state update of a computed stage: recorded as finished only when ``complete`` (a stage with failed calls
+    or unjudged items stays open, so the next run retries exactly those calls)."""
+    stages = {k: v.model_dump() for k, v in state.stages.items() if k != stage}
+    if complete:  # checkpointed as plain values (the checkpointer's serialiser needs no registered type)
+        stages[stage] = StageRecord(fingerprint=fp, files=list(files)).model_dump()
+    return {"stages": stages}
+
+
+def _skipped(state: DesignersState, stage: str, **update: Any) -> dict[str, Any]:
+    return {"skipped": [*state.skipped, stage], **update}
+
+
+# ----------------------------------------------------------------------------------------------- the nodes
+
+
+def _plan_fp(ctx: DesignersContext) -> str:
+    return fingerprint("plan", ctx.card.model_dump(mode="json"), ctx.quotas.model_dump(mode="json"), ctx.cfg.seed)
+
+
+async def plan_node(state: DesignersState, runtime: Runtime[DesignersContext]) -> dict[str, Any]:
+    """The quota plan -> plan.json."""
+    ctx = runtime.context
+    fp = _plan_fp(ctx)
+    if _reuse(state, ctx, "plan", fp):
+        plan = _read_plan(ctx.out)
+        update = _skipped(state, "plan")
+    else:
+        plan = make_plan(ctx.targets, ctx.quotas.total, seed=ctx.cfg.seed, card=ctx.card)
+        atomic_write_json(ctx.out / "plan.json", plan.to_json())
+        update = _finished(state, "plan", fp, ["plan.json"])
+    ctx.log(f"plan: {plan.total} slots per designer, {len(ctx.cfg.designers)} designers")
+    return update
+
+
+def _read_plan(out: Path) -> Plan:
+    return Plan.from_json(json.loads((out / "plan.json").read_text(encoding="utf-8")))
+
+
+def _read_suite(out: Path) -> list[DesignedItem]:
+    return [DesignedItem.model_validate(r) for r in read_jsonl(out / "suite.jsonl")]
+
+
+async def generate_node(state: DesignersState, runtime: Runtime[DesignersContext]) -> dict[str, Any]:
+    """Every designer's suite -> suite.jsonl (one record per slot and round) and generation.json."""
+    ctx = runtime.context
+    cfg, opts = ctx.cfg, ctx.cfg.run
+    fp = fingerprint("generate", GENERATE_VERSION, ctx.files_fp("plan.json"), [_model_fp(d) for d in cfg.designers],
+                     opts.model_dump(include={"batch_size", "max_topup_rounds", "n_options", "near_duplicate",
+                                              "max_reasks"}),
+                     ctx.prompts_fp("designer_generate"), ctx.sim_fp)
+    if _reuse(state, ctx, "generate", fp):
+        records = _read_suite(ctx.out)
+        update = _skipped(state, "generate")
+    else:
+        plan = _read_plan(ctx.out)
+        refs = [(ex.id, ex.question) for ex in ctx.card.examples]
+        suites = await asyncio.gather(*(
+            generate_suite(d, plan, ctx.card, ctx.client, batch_size=opts.batch_size,
+                           max_topup_rounds=opts.max_topup_rounds, n_options=opts.n_options,
+                           near_duplicate=opts.near_duplicate, max_reasks=opts.max_reasks, library=ctx.lib,
+                           references=refs)
+            for d in cfg.designers))
+        records = [r for recs, _ in suites for r in recs]
+        write_jsonl(ctx.out / "suite.jsonl", [r.model_dump(mode="json") for r in records])
+        atomic_write_json(ctx.out / "generation.json",
+                          {d.label: stats for d, (_, stats) in zip(cfg.designers, suites)})
+        failed = sum(r.status == "failed" for r in records)
+        if records and failed == len(records):
+            stats = ctx.client.stats
+            first = stats.first_errors[0] if stats.first_errors else "unknown error"
+            raise InputError(cfg.source, f"every designer call failed (first: {first}); nothing to evaluate")
+        if failed:
+            ctx.log(f"generate: {failed} slots lost to failed calls; rerun to retry them")
+        update = _finished(state, "generate", fp, ["suite.jsonl", "generation.json"], complete=not failed)
+    ctx.log(f"generate: {len(records)} records, {sum(r.status == 'ok' for r in records)} usable")
+    return update
+
+
+async def seed_node(state: DesignersState, runtime: Runtime[DesignersContext]) -> dict[str, Any]:
+    """Seed-benchmark accuracy per answerer -> seed.json: from a response file, else by the panel answering the
+    seed items (+ seed_responses.csv); none when no seed items are found."""
+    ctx = runtime.context
+    cfg = ctx.cfg
+    labels = [a.label for a in cfg.panel]
+    if ctx.seed_responses is not None:
+        path = ctx.seed_responses
+        fp = fingerprint("seed", "file", file_digest(path), labels)
+        if _reuse(state, ctx, "seed", fp):
+            return _skipped(state, "seed", seed=_read_seed(ctx.out))
+        matrix = load_responses(path, min_models=1)
+        missing = [lab for lab in labels if lab not in matrix.models]
+        if missing:
+            raise InputError(str(path), f"no responses for answerer(s) {', '.join(missing[:5])} (names must match "
+                                        f"the panel's names)")
+        acc = matrix.accuracy_by_model()
+        seed = {"source": str(path), "kind": "responses file", "n_items": len(matrix.item_ids),
+                "accuracy": {lab: float(acc[matrix.models.index(lab)]) for lab in labels}}
+        atomic_write_json(ctx.out / "seed.json", seed)
+        return {**_finished(state, "seed", fp, ["seed.json"]), "seed": seed}
+    found = _find_seed_items(ctx.seed_items, ctx.card, ctx.card_path)
+    if found is None:
+        ctx.log("seed: no seed items found (card source missing; pass --seed-items or --seed-responses): "
+                "ranking preservation is skipped")
+        return {"seed": None}
+    items = load_items(found)
+    limit = ctx.seed_limit if ctx.seed_limit is not None else cfg.run.seed_limit
+    if limit is not None:
+        items = items[:limit]
+    fp = fingerprint("seed", "items", file_digest(found), len(items), [_model_fp(a) for a in cfg.panel],
+                     _model_fp(cfg.grader) if cfg.grader else None, (ctx.sim_fp, ctx.answer_prompts_fp()))
+    if _reuse(state, ctx, "seed", fp):
+        return _skipped(state, "seed", seed=_read_seed(ctx.out))
+    ctx.log(f"seed: {len(items)} seed items x {len(cfg.panel)} answerers")
+    answers = await answer_items(items, cfg.panel, ctx.client, ctx.grader, ctx.lib)
+    c, t = count_matrix(answers, labels, [it.id for it in items])
+    rows = ["model,item_id,n_correct,n_trials"]
+    for j, lab in enumerate(labels):
+        for i, it in enumerate(items):
+            if t[j, i]:
+                rows.append(f"{_csv(lab)},{_csv(it.id)},{c[j, i]},{t[j, i]}")
+    atomic_write_text(ctx.out / "seed_responses.csv", "\n".join(rows) + "\n")
+    seed = {"source": str(found), "kind": "answered by the panel", "n_items": len(items),
+            "accuracy": {lab: (float(c[j].sum() / t[j].sum()) if t[j].sum() else None) for j, lab in enumerate(labels)}}
+    atomic_write_json(ctx.out / "seed.json", seed)
+    return {**_finished(state, "seed", fp, ["seed.json", "seed_responses.csv"],
+                        complete=not any(a.retryable for a in answers)), "seed": seed}
+
+
+def _read_seed(out: Path) -> dict[str, Any]:
+    return json.loads((out / "seed.json").read_text(encoding="utf-8"))
+
+
+def _read_answers(out: Path) -> list[Answer]:
+    return [Answer(**r) for r in read_jsonl(out / "answers.jsonl")]
+
+
+async def answer_node(state: DesignersState, runtime: Runtime[DesignersContext]) -> dict[str, Any]:
+    """Every answerer's graded answers to every usable item -> answers.jsonl."""
+    ctx = runtime.context
+    cfg = ctx.cfg
+    fp = fingerprint("answer", ctx.files_fp("suite.jsonl"), [_model_fp(a) for a in cfg.panel],
+                     _model_fp(cfg.grader) if cfg.grader else None, ctx.answer_prompts_fp(), ctx.sim_fp)
+    if _reuse(state, ctx, "answer", fp):
+        return _skipped(state, "answer")
+    usable = [r for r in _read_suite(ctx.out) if r.status == "ok"]
+    ctx.log(f"answer: {len(usable)} items x {len(cfg.panel)} answerers")
+    answers = await answer_items([r.to_item() for r in usable], cfg.panel, ctx.client, ctx.grader, ctx.lib)
+    write_jsonl(ctx.out / "answers.jsonl", [a.as_dict() for a in answers])
+    return _finished(state, "answer", fp, ["answers.jsonl"], complete=not any(a.retryable for a in answers))
+
+
+async def judge_node(state: DesignersState, runtime: Runtime[DesignersContext]) -> dict[str, Any]:
+    """Static and dynamic checks and the judge's verdicts; the core set -> verdicts.jsonl."""
+    ctx = runtime.context
+    cfg, opts = ctx.cfg, ctx.cfg.run
+    records = _read_suite(ctx.out)
+    answers = _read_answers(ctx.out)
+    labels = [a.label for a in cfg.panel]
+    c_all, t_all = count_matrix(answers, labels, [r.id for r in records if r.status == "ok"])
+    overall = {lab: (float(c_all[j].sum() / t_all[j].sum()) if t_all[j].sum() else 0.0)
+               for j, lab in enumerate(labels)}
+    strong = choose_strong(overall, {a.label: a.strong for a in cfg.panel})
+    fp = fingerprint("judge", ctx.files_fp("suite.jsonl", "answers.jsonl"), _model_fp(cfg.judge), strong,
+                     opts.model_dump(include={"min_answers", "ceiling", "floor", "max_reasks"}),
+                     ctx.prompts_fp("designer_item_judge"), ctx.sim_fp)
+    if _reuse(state, ctx, "judge", fp):
+        verdicts = [ItemVerdict(**r) for r in read_jsonl(ctx.out / "verdicts.jsonl")]
+        update = _skipped(state, "judge", strong=list(strong))
+    else:
+        verdicts = await judge_items(records, answers, strong, cfg.judge, ctx.client, min_answers=opts.min_answers,
+                                     ceiling=opts.ceiling, floor=opts.floor, max_reasks=opts.max_reasks,
+                                     library=ctx.lib)
+        write_jsonl(ctx.out / "verdicts.jsonl", [v.as_dict() for v in verdicts])
+        update = {**_finished(state, "judge", fp, ["verdicts.jsonl"],
+                              complete=not any(v.status == "unjudged" for v in verdicts)), "strong": list(strong)}
+    ctx.log(f"judge: {sum(v.core for v in verdicts)} core items")
+    return update
+
+
+REPORT_FILES = ["report.json", "matrix.csv", "heatmap.png", "core.jsonl"]
+
+
+async def report_node(state: DesignersState, runtime: Runtime[DesignersContext]) -> dict[str, Any]:
+    """The joint IRT fit, every metric, the heatmap -> report.json, matrix.csv, heatmap.png, core.jsonl."""
+    ctx = runtime.context
+    cfg = ctx.cfg
+    fp = fingerprint("report", ctx.files_fp("plan.json", "generation.json", "suite.jsonl", "answers.jsonl",
+                                            "verdicts.jsonl"),
+                     state.seed, state.strong, ctx.irt_method, cfg.run.bootstrap, cfg.run.alpha, cfg.seed,
+                     [(d.label, d.family, (own.label if (own := cfg.answerer_of(d)) else None))
+                      for d in cfg.designers], [(a.label, a.family) for a in cfg.panel], REPORT_VERSION)
+    if _reuse(state, ctx, "report", fp):
+        return _skipped(state, "report")
+    ctx.log(f"report: IRT ({ctx.irt_method}) on the joint core set, metrics, heatmap")
+    verdicts = [ItemVerdict(**r) for r in read_jsonl(ctx.out / "verdicts.jsonl")]
+    gen_stats = json.loads((ctx.out / "generation.json").read_text(encoding="utf-8"))
+    build_report(cfg, ctx.card, _read_plan(ctx.out), _read_suite(ctx.out), _read_answers(ctx.out), verdicts,
+                 state.strong, state.seed, ctx.irt_method, ctx.out, gen_stats, card_path=ctx.card_path)
+    return _finished(state, "report", fp, REPORT_FILES)
+
+
+NODE_FUNCTIONS = {"plan": plan_node, "generate": generate_node, "seed": seed_node, "answer": answer_node,
+                  "judge": judge_node, "report": report_node}
+STAGES = tuple(NODE_FUNCTIONS)
+
+
+def _assemble() -> Any:
+    """The pipeline's wiring: the stages in order, the run's :class:`DesignersContext` as ``context_schema``."""
+    from langgraph.graph import END, START, StateGraph
+
+    graph = StateGraph(DesignersState, context_schema=DesignersContext)
+    for name, fn in NODE_FUNCTIONS.items():
+        graph.add_node(name, fn)
+    graph.add_edge(START, STAGES[0])
+    for a, b in zip(STAGES, STAGES[1:]):
+        graph.add_edge(a, b)
+    graph.add_edge(STAGES[-1], END)
+    return graph
+
+
+THREAD = {"configurable": {"thread_id": "designers"}}
+
+
+async def _previous_stages(graph: Any) -> dict[str, StageRecord]:
+    snapshot = await graph.aget_state(THREAD)
+    return DesignersState.model_validate(snapshot.values).stages if snapshot.values else {}
+
+
+def stage_records(out: str | Path) -> dict[str, StageRecord]:
+    """The finished stages recorded in a run folder's checkpoints (``{}`` for a folder with none)."""
+    path = Path(out) / CHECKPOINTS_DB
+    if not path.is_file():
+        return {}
+
+    async def read() -> dict[str, StageRecord]:
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+            return await _previous_stages(_assemble().compile(checkpointer=saver))
+
+    return run_sync(read())
 
 
 # ----------------------------------------------------------------------------------------------- the run
@@ -126,20 +415,25 @@ async def run_designers_async(
         targets = axis_targets(quotas, card)
     except InputError as exc:
         raise InputError(str(quotas_path), exc.rule) from None
-    return await _run(card, Path(card_path), quotas, targets, cfg, Path(out), lib, seed_responses=seed_responses,
-                      seed_items=seed_items, seed_limit=seed_limit, irt=irt, log=log or (lambda _m: None))
+    return await _run(card, Path(card_path), quotas, targets, cfg, Path(out), lib,
+                      seed_responses=Path(seed_responses) if seed_responses is not None else None,
+                      seed_items=Path(seed_items) if seed_items is not None else None, seed_limit=seed_limit,
+                      irt_method=method, log=log or (lambda _m: None))
 
 
 async def _run(card: DomainCard, card_path: Path, quotas: QuotaSpec, targets: dict[str, dict[str, float]],
-               cfg: DesignersConfig, out: Path, lib: Any, *,
-               seed_responses: str | Path | None, seed_items: str | Path | None, seed_limit: int | None,
-               irt: str | None, log: Log) -> DesignersRun:
+               cfg: DesignersConfig, out: Path, lib: Any, *, seed_responses: Path | None, seed_items: Path | None,
+               seed_limit: int | None, irt_method: str, log: Log) -> DesignersRun:
+    """The stages as a LangGraph graph with its SQLite checkpointer (``checkpoints.sqlite``): every run starts at
+    the first stage with the finished stages of the last checkpoint, and each node reuses its stage when the
+    stage's inputs and files are as recorded."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
     from benchfill.models.cache import CallCache
     from benchfill.models.client import ModelClient
     from benchfill.models.grading import Grader
 
     out.mkdir(parents=True, exist_ok=True)
-    store = StageStore(out)
     sim = None
     if cfg.simulated:
         from benchfill.designers.sim import DesignerSimWorld
@@ -148,178 +442,29 @@ async def _run(card: DomainCard, card_path: Path, quotas: QuotaSpec, targets: di
     client = ModelClient(CallCache(out / CALLS_DB), sim=sim)
     if cfg.simulated:
         client.cache.set_meta("simulated", True)
-    grader = Grader(client, cfg.grader, lib)
-    opts = cfg.run
-    sim_fp = cfg.sim.model_dump(mode="json") if cfg.sim is not None else None
-    from benchfill.models.prompts import ANSWER_TEMPLATE
-
-    prompts_fp = {name: lib.text(name) for name in ("designer_generate", "designer_item_judge")}
-    answer_fp = {name: lib.text(name) for name in sorted(set(ANSWER_TEMPLATE.values()) | {"grade_judge"})}
-    skipped: list[str] = []
-    result_report: DesignersReport
+    ctx = DesignersContext(card=card, card_path=card_path, quotas=quotas, targets=targets, cfg=cfg, out=out, lib=lib,
+                           client=client, grader=Grader(client, cfg.grader, lib), seed_responses=seed_responses,
+                           seed_items=seed_items, seed_limit=seed_limit, irt_method=irt_method, log=log)
+    final = DesignersState()
     try:
-        # 1. plan
-        fp_plan = fingerprint("plan", card.model_dump(mode="json"), quotas.model_dump(mode="json"), cfg.seed)
-        if store.fresh("plan", fp_plan):
-            plan = Plan.from_json(json.loads((out / "plan.json").read_text(encoding="utf-8")))
-            skipped.append("plan")
-        else:
-            plan = make_plan(targets, quotas.total, seed=cfg.seed, card=card)
-            atomic_write_json(out / "plan.json", plan.to_json())
-            store.done("plan", fp_plan, ["plan.json"])
-        log(f"plan: {plan.total} slots per designer, {len(cfg.designers)} designers")
-
-        # 2. generate
-        fp_gen = fingerprint("generate", GENERATE_VERSION, fp_plan, [_model_fp(d) for d in cfg.designers],
-                             opts.model_dump(include={"batch_size", "max_topup_rounds", "n_options", "near_duplicate",
-                                                      "max_reasks"}),
-                             prompts_fp["designer_generate"], sim_fp)
-        if store.fresh("generate", fp_gen):
-            records = [DesignedItem.model_validate(r) for r in read_jsonl(out / "suite.jsonl")]
-            gen_stats = json.loads((out / "generation.json").read_text(encoding="utf-8"))
-            skipped.append("generate")
-        else:
-            refs = [(ex.id, ex.question) for ex in card.examples]
-            suites = await asyncio.gather(*(
-                generate_suite(d, plan, card, client, batch_size=opts.batch_size,
-                               max_topup_rounds=opts.max_topup_rounds, n_options=opts.n_options,
-                               near_duplicate=opts.near_duplicate, max_reasks=opts.max_reasks, library=lib,
-                               references=refs)
-                for d in cfg.designers))
-            records = [r for recs, _ in suites for r in recs]
-            gen_stats = {d.label: stats for d, (_, stats) in zip(cfg.designers, suites)}
-            write_jsonl(out / "suite.jsonl", [r.model_dump(mode="json") for r in records])
-            atomic_write_json(out / "generation.json", gen_stats)
-            failed = sum(r.status == "failed" for r in records)
-            if records and failed == len(records):
-                first = client.stats.first_errors[0] if client.stats.first_errors else "unknown error"
-                raise InputError(cfg.source, f"every designer call failed (first: {first}); nothing to evaluate")
-            # a stage with failed calls is not done: the next run retries them (successes come from the cache)
-            if not failed:
-                store.done("generate", fp_gen, ["suite.jsonl", "generation.json"])
-            else:
-                log(f"generate: {failed} slots lost to failed calls; rerun to retry them")
-        log(f"generate: {len(records)} records, {sum(r.status == 'ok' for r in records)} usable")
-
-        # 3. seed accuracies
-        seed = await _seed_stage(store, out, cfg, card, card_path, client, grader, lib, seed_responses, seed_items,
-                                 seed_limit if seed_limit is not None else opts.seed_limit, (sim_fp, answer_fp),
-                                 skipped, log)
-
-        # 4. answer
-        usable = [r for r in records if r.status == "ok"]
-        fp_ans = fingerprint("answer", fp_gen, [_model_fp(a) for a in cfg.panel],
-                             _model_fp(cfg.grader) if cfg.grader else None, answer_fp, sim_fp)
-        if store.fresh("answer", fp_ans):
-            answers = [Answer(**r) for r in read_jsonl(out / "answers.jsonl")]
-            skipped.append("answer")
-        else:
-            log(f"answer: {len(usable)} items x {len(cfg.panel)} answerers")
-            answers = await answer_items([r.to_item() for r in usable], cfg.panel, client, grader, lib)
-            write_jsonl(out / "answers.jsonl", [a.as_dict() for a in answers])
-            if not any(a.retryable for a in answers):
-                store.done("answer", fp_ans, ["answers.jsonl"])
-
-        # 5. judge
-        labels = [a.label for a in cfg.panel]
-        ids = [r.id for r in usable]
-        c_all, t_all = count_matrix(answers, labels, ids)
-        overall = {lab: (float(c_all[j].sum() / t_all[j].sum()) if t_all[j].sum() else 0.0)
-                   for j, lab in enumerate(labels)}
-        strong = choose_strong(overall, {a.label: a.strong for a in cfg.panel})
-        fp_judge = fingerprint("judge", fp_ans, _model_fp(cfg.judge), strong,
-                               opts.model_dump(include={"min_answers", "ceiling", "floor", "max_reasks"}),
-                               prompts_fp["designer_item_judge"], sim_fp)
-        if store.fresh("judge", fp_judge):
-            verdicts = [ItemVerdict(**r) for r in read_jsonl(out / "verdicts.jsonl")]
-            skipped.append("judge")
-        else:
-            verdicts = await judge_items(records, answers, strong, cfg.judge, client, min_answers=opts.min_answers,
-                                         ceiling=opts.ceiling, floor=opts.floor, max_reasks=opts.max_reasks,
-                                         library=lib)
-            write_jsonl(out / "verdicts.jsonl", [v.as_dict() for v in verdicts])
-            if not any(v.status == "unjudged" for v in verdicts):
-                store.done("judge", fp_judge, ["verdicts.jsonl"])
-        log(f"judge: {sum(v.core for v in verdicts)} core items")
-
-        # 6. report
-        method = irt or opts.irt
-        fp_rep = fingerprint("report", fp_judge, seed, method, opts.bootstrap, opts.alpha, cfg.seed,
-                             [(d.label, d.family, (own.label if (own := cfg.answerer_of(d)) else None))
-                              for d in cfg.designers], [(a.label, a.family) for a in cfg.panel], REPORT_VERSION)
-        if store.fresh("report", fp_rep):
-            result_report = DesignersReport.from_json_file(out / "report.json")
-            skipped.append("report")
-        else:
-            log(f"report: IRT ({method}) on the joint core set, metrics, heatmap")
-            result_report = build_report(cfg, card, plan, records, answers, verdicts, strong, seed, method, out,
-                                         gen_stats, card_path=card_path)
-            store.done("report", fp_rep, ["report.json", "matrix.csv", "heatmap.png", "core.jsonl"])
+        async with AsyncSqliteSaver.from_conn_string(str(out / CHECKPOINTS_DB)) as saver:
+            graph = _assemble().compile(checkpointer=saver, name="benchfill-designers")
+            # every key given: a new run of the thread starts from the first stage with only the stage records
+            start = DesignersState(stages=await _previous_stages(graph)).model_dump()
+            # durability="sync": each stage's record is on disk before the next stage starts
+            async for _ in graph.astream(start, THREAD, context=ctx, durability="sync"):
+                pass
+            final = DesignersState.model_validate((await graph.aget_state(THREAD)).values)
+        report = DesignersReport.from_json_file(out / "report.json")
     finally:
         stats = client.stats
         usage = CallUsage(calls_made=stats.calls, cached=stats.cached, errors=stats.errors, retries=stats.retries,
                           malformed_replies=stats.malformed, tokens_in=stats.tokens_in, tokens_out=stats.tokens_out,
                           cost=round(stats.cost, 6))
         await client.aclose()
-    atomic_write_json(out / "last_run.json", {"skipped_stages": skipped, "usage": usage.model_dump(),
+    atomic_write_json(out / "last_run.json", {"skipped_stages": final.skipped, "usage": usage.model_dump(),
                                               **({"label": SIM_NOTE} if cfg.simulated else {})})
-    return DesignersRun(out=str(out), report=result_report, skipped_stages=skipped, usage=usage)
-
-
-async def _seed_stage(store: StageStore, out: Path, cfg: DesignersConfig, card: DomainCard, card_path: Path,
-                      client: Any, grader: Any, lib: Any, seed_responses: str | Path | None,
-                      seed_items: str | Path | None, limit: int | None, sim_fp: Any, skipped: list[str],
-                      log: Log) -> dict[str, Any] | None:
-    """Seed-benchmark accuracy per answerer: from a response file, else by answering the seed items."""
-    labels = [a.label for a in cfg.panel]
-    if seed_responses is not None:
-        path = Path(seed_responses)
-        fp = fingerprint("seed", "file", hashlib.sha256(path.read_bytes()).hexdigest(), labels)
-        if store.fresh("seed", fp):
-            skipped.append("seed")
-            return json.loads((out / "seed.json").read_text(encoding="utf-8"))
-        matrix = load_responses(path, min_models=1)
-        missing = [lab for lab in labels if lab not in matrix.models]
-        if missing:
-            raise InputError(str(path), f"no responses for answerer(s) {', '.join(missing[:5])} (names must match "
-                                        f"the panel's names)")
-        acc = matrix.accuracy_by_model()
-        seed = {"source": str(path), "kind": "responses file", "n_items": len(matrix.item_ids),
-                "accuracy": {lab: float(acc[matrix.models.index(lab)]) for lab in labels}}
-        atomic_write_json(out / "seed.json", seed)
-        store.done("seed", fp, ["seed.json"])
-        return seed
-    found = _find_seed_items(seed_items, card, card_path)
-    if found is None:
-        log("seed: no seed items found (card source missing; pass --seed-items or --seed-responses): "
-            "ranking preservation is skipped")
-        return None
-    path = found
-    items = load_items(path)
-    if limit is not None:
-        items = items[:limit]
-    fp = fingerprint("seed", "items", hashlib.sha256(path.read_bytes()).hexdigest(), len(items),
-                     [_model_fp(a) for a in cfg.panel], _model_fp(cfg.grader) if cfg.grader else None, sim_fp)
-    if store.fresh("seed", fp):
-        skipped.append("seed")
-        return json.loads((out / "seed.json").read_text(encoding="utf-8"))
-    log(f"seed: {len(items)} seed items x {len(cfg.panel)} answerers")
-    answers = await answer_items(items, cfg.panel, client, grader, lib)
-    c, t = count_matrix(answers, labels, [it.id for it in items])
-    rows = ["model,item_id,n_correct,n_trials"]
-    for j, lab in enumerate(labels):
-        for i, it in enumerate(items):
-            if t[j, i]:
-                rows.append(f"{_csv(lab)},{_csv(it.id)},{c[j, i]},{t[j, i]}")
-    atomic_write_text(out / "seed_responses.csv", "\n".join(rows) + "\n")
-    seed = {"source": str(path), "kind": "answered by the panel", "n_items": len(items),
-            "accuracy": {lab: (float(c[j].sum() / t[j].sum()) if t[j].sum() else None) for j, lab in enumerate(labels)}}
-    atomic_write_json(out / "seed.json", seed)
-    if not any(a.retryable for a in answers):
-        store.done("seed", fp, ["seed.json", "seed_responses.csv"])
-    return seed
-
-
+    return DesignersRun(out=str(out), report=report, skipped_stages=final.skipped, usage=usage)
 
 
 def _csv(text: str) -> str:
@@ -759,5 +904,5 @@ def _num(x: Any) -> float:
     return float(x) if x is not None else float("nan")
 
 
-__all__ = ["DesignersRun", "StageStore", "build_report", "fingerprint", "run_designers", "run_designers_async",
-           "read_jsonl", "write_jsonl"]
+__all__ = ["STAGES", "DesignersContext", "DesignersRun", "DesignersState", "StageRecord", "build_report", "read_jsonl",
+           "run_designers", "run_designers_async", "stage_records", "write_jsonl"]

@@ -356,7 +356,7 @@ def label(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
         result = ctx.client.run(run_evaluation(items, run_cfg, out, client=ctx.client.client,
                                                progress=Progress()))
         if result.failed_calls:  # holes in the counts are no placement: stop, the resume asks again
-            raise CallsFailed(result.failure_errors)
+            raise CallsFailed(result.failures)
         counts = _read_counts(Path(result.responses_path))
         for c in cands:
             ctx.bank.update_candidate(c.id, counts=counts.get(c.id, {}), status=CandidateStatus.LABELLED)
@@ -639,7 +639,7 @@ def _ask_panel(ctx: FillContext, items: list[Item], plan: list[tuple[int, int, i
     engine = PanelEngine(ctx.client.client, Grader(ctx.client.client, ctx.config.grader, ctx.prompts), items,
                          ctx.prompts)
     answers = ctx.client.run(engine.answer([PanelJob(models[j], i, r) for i, j, r in plan]))
-    failed = [a.failure_text for a in answers if a.retryable]
+    failed = [a.failure() for a in answers if a.retryable]
     if failed:
         raise CallsFailed(failed)
     return [None if a.grade.label == "skip" else int(a.grade.label == "correct") for a in answers]
@@ -666,7 +666,7 @@ def _tracked(name: str, fn: Callable[..., dict[str, Any]]) -> Callable[..., dict
 def _stop_on_failed_calls(results) -> None:
     """Calls that failed for infrastructure reasons are never the search's outcome: the node stops before it
     writes anything (its successful calls are cached) and the resumed run re-runs it."""
-    failed = [r.error for r in results if r.failed]
+    failed = [r.failure() for r in results if r.failed]
     if failed:
         raise CallsFailed(failed)
 

@@ -11,7 +11,6 @@ the budget-matched baseline), and summarise it Table-2 style. Everything lives i
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -26,7 +25,7 @@ from benchfill.graphs import prescreen
 from benchfill.graphs.fill import FillContext, FillState, run_search
 from benchfill.graphs.policy import SearchParams, oracle_insertions, top_k_reduction
 from benchfill.importers import load_panel
-from benchfill.io import atomic_write_json, atomic_write_text
+from benchfill.io import atomic_write_json, atomic_write_text, file_digest
 from benchfill.irt.model import IRTSpec, SamplerSettings
 from benchfill.irt.scale import Scale
 from benchfill.memory.bank import MemoryBank
@@ -58,21 +57,10 @@ class FillOptions:
     def fingerprint(self, prompts: str | None = None) -> dict[str, Any]:
         """What must not change between a run and its resume (``prompts``: the config's override templates'
         digest, :meth:`PromptLibrary.overrides_digest`)."""
-
-        def digest(path: Path | None) -> str | None:
-            if path is None:
-                return None
-            path = Path(path)
-            h = hashlib.sha256()
-            # a folder of eval logs (read by the importers) is fingerprinted file by file, in a stable order
-            for f in sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]:
-                h.update(str(f.relative_to(path)).encode() if path.is_dir() else b"")
-                h.update(f.read_bytes())
-            return h.hexdigest()[:16]
-
-        out = {"items": digest(self.items), "responses": digest(self.responses), "config": digest(self.config),
-               "models": self.models, "models_file": digest(self.models_file), "n_gaps": self.n_gaps,
-               "sampler": self.sampler, "seed": self.seed}
+        out = {"items": file_digest(self.items), "responses": file_digest(self.responses),
+               "config": file_digest(self.config), "models": self.models,
+               "models_file": file_digest(self.models_file), "n_gaps": self.n_gaps, "sampler": self.sampler,
+               "seed": self.seed}
         if prompts is not None:  # only with overrides: a run on the built-in templates keeps its fingerprint
             out["prompts"] = prompts
         return out

@@ -27,9 +27,11 @@ import asyncio
 import os
 import random
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
@@ -62,8 +64,9 @@ class CallResult:
         key: the cache key. attempts: attempts made (0 for a cache hit).
         parsed: the validated object, for :meth:`ModelClient.complete_json`.
         finish_reason: the provider's ``finish_reason`` (``"length"``: cut by the token limit).
-        failed: the call itself failed (infrastructure: unreachable, timeouts, 5xx, malformed replies after every
-            retry) — not an outcome of the search; a rerun retries it. False for a rejected structured reply.
+        failure_kind: why the call itself failed (infrastructure: unreachable, timeouts, 5xx, malformed replies
+            after every retry), classified from the exception when it happened; None when it did not fail (also for
+            a rejected structured reply, which is an answer).
     """
 
     text: str | None
@@ -81,11 +84,20 @@ class CallResult:
     simulated: bool = False
     parsed: Any = None
     finish_reason: str | None = None
-    failed: bool = False
+    failure_kind: FailureKind | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.text is not None
+
+    @property
+    def failed(self) -> bool:
+        """The call itself failed — not an outcome of the search; a rerun retries it."""
+        return self.failure_kind is not None
+
+    def failure(self) -> CallFailure:
+        """This call's failure, for :class:`CallsFailed` (a call that did not fail is "call failed")."""
+        return CallFailure(self.failure_kind or FailureKind.OTHER, self.error or "")
 
     @property
     def tokens(self) -> int:
@@ -160,23 +172,90 @@ def is_retryable(exc: BaseException) -> bool:
     return False
 
 
-def failure_kind(error: str | None) -> str:
-    """A failed call's error line -> what went wrong, in words (for the one-line stop message)."""
-    e = error or ""
-    head = e.split(":")[0]
-    if "MalformedReply" in head:
-        return "malformed provider replies"
-    if "RateLimit" in head or " 429" in e:
-        return "rate limited"
-    if "Timeout" in head or "TimeoutError" in head:
-        return "timed out"
-    if "Connection" in head or "connect" in e.lower() or "unreachable" in e.lower():
-        return "server unreachable"
-    if any(k in head for k in ("InternalServerError", "ServiceUnavailable", "BadGateway", "APIError")):
-        return "server errors"
-    if any(k in head for k in ("Authentication", "PermissionDenied")):
-        return "authentication failed"
-    return head or "call failed"
+class FailureKind(StrEnum):
+    """Why a call failed for a reason that is not the model's answer; the value is what the one-line stop message
+    says. Classified from the exception when the call fails (:func:`classify_failure`), never from its text."""
+
+    MALFORMED = "malformed provider replies"
+    RATE_LIMITED = "rate limited"
+    TIMED_OUT = "timed out"
+    UNREACHABLE = "server unreachable"
+    SERVER_ERROR = "server errors"
+    AUTH = "authentication failed"
+    REJECTED = "request rejected"
+    JUDGE = "grading judge unusable"
+    OTHER = "call failed"
+
+
+@dataclass(frozen=True)
+class CallFailure:
+    """One failed call (or failed grading judge): its kind and its error line."""
+
+    kind: FailureKind
+    error: str
+
+
+def _transport_kind(exc: BaseException) -> FailureKind | None:
+    """Timed out or unreachable, for a transport exception (asyncio, httpx, openai's and aiohttp's types)."""
+    import httpx
+
+    openai = sys.modules.get("openai")
+    aiohttp = sys.modules.get("aiohttp")
+    timeouts: tuple[type, ...] = (asyncio.TimeoutError, TimeoutError, httpx.TimeoutException)
+    if openai is not None:
+        timeouts += (openai.APITimeoutError,)
+    if isinstance(exc, timeouts):
+        return FailureKind.TIMED_OUT
+    unreachable: tuple[type, ...] = (ConnectionError, httpx.TransportError)
+    if openai is not None:
+        unreachable += (openai.APIConnectionError,)
+    if aiohttp is not None:
+        unreachable += (aiohttp.ClientConnectionError,)
+    return FailureKind.UNREACHABLE if isinstance(exc, unreachable) else None
+
+
+def classify_failure(exc: BaseException) -> FailureKind:
+    """The kind of a call's final exception, by the types of its chain and its HTTP status. A transport failure
+    anywhere in the chain (litellm reports a refused or cut connection as a 500 whose cause is openai's
+    ``APIConnectionError``) decides; then the outer exception's type and status."""
+    if isinstance(exc, MalformedReply):
+        return FailureKind.MALFORMED
+    link: BaseException | None = exc
+    seen: set[int] = set()
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if (kind := _transport_kind(link)) is not None:
+            return kind
+        link = link.__cause__ or link.__context__
+    litellm = import_litellm()
+
+    def of(*names: str) -> tuple[type, ...]:
+        return tuple(t for name in names if isinstance(t := getattr(litellm, name, None), type))
+
+    raw = getattr(exc, "status_code", None)
+    status = int(raw) if isinstance(raw, int) or (isinstance(raw, str) and raw.isdigit()) else None
+    if isinstance(exc, of("RateLimitError")) or status == 429:
+        return FailureKind.RATE_LIMITED
+    if isinstance(exc, of("Timeout")) or status == 408:
+        return FailureKind.TIMED_OUT
+    if isinstance(exc, of("AuthenticationError", "PermissionDeniedError")) or status in (401, 403):
+        return FailureKind.AUTH
+    if isinstance(exc, of("APIConnectionError")):
+        return FailureKind.UNREACHABLE
+    # litellm's async path re-raises openai's APIConnectionError as a 500 of its own, with no cause and a made-up
+    # response: only openai's message ("Connection error.") is left of the lost connection
+    if isinstance(exc, of("InternalServerError")) and "Connection error" in str(getattr(exc, "message", "")):
+        return FailureKind.UNREACHABLE
+    if isinstance(exc, of("InternalServerError", "ServiceUnavailableError", "BadGatewayError")) or (
+            status is not None and status >= 500):
+        return FailureKind.SERVER_ERROR
+    if isinstance(exc, of("BadRequestError", "NotFoundError", "UnprocessableEntityError",
+                          "ContentPolicyViolationError", "UnsupportedParamsError")) or (
+            status is not None and 400 <= status < 500):
+        return FailureKind.REJECTED
+    if isinstance(exc, of("APIError")):  # a generic API error without a status: a 2xx body that was not JSON
+        return FailureKind.SERVER_ERROR
+    return FailureKind.OTHER
 
 
 class CallsFailed(RuntimeError):
@@ -184,13 +263,13 @@ class CallsFailed(RuntimeError):
     Their absence is never recorded as an outcome: the command stops with this one line and a rerun retries them
     (every successful call is already in the cache)."""
 
-    def __init__(self, errors: Sequence[str | None], hint: str = "rerun with --resume") -> None:
+    def __init__(self, failures: Sequence[CallFailure], hint: str = "rerun with --resume") -> None:
         from collections import Counter
 
-        self.n = len(errors)
-        kinds = Counter(failure_kind(e) for e in errors)
-        self.kind = ", ".join(k for k, _ in kinds.most_common(2))
-        self.first = next((e for e in errors if e), None)
+        self.n = len(failures)
+        self.kinds = Counter(f.kind for f in failures)
+        self.kind = ", ".join(k.value for k, _ in self.kinds.most_common(2))
+        self.first = next((f.error for f in failures if f.error), None)
         super().__init__(f"{self.n} call{'s' if self.n != 1 else ''} failed ({self.kind}); {hint}")
 
 
@@ -569,7 +648,7 @@ class ModelClient:
                 log(key, model=cfg.model, role=role, sample_index=sample_index, attempt=attempts, outcome="error",
                     error=error, latency_s=latency)
                 return CallResult(None, 0, 0, 0.0, latency, False, error, key, cfg.model, role, sample_index, attempts,
-                                  failed=True)
+                                  failure_kind=classify_failure(exc))
             # the raw reply is committed at once, before the slot is released and before anyone parses or grades
             # it: a kill loses at most the calls in flight (max_concurrency per model)
             latency = time.perf_counter() - t0

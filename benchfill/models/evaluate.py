@@ -36,7 +36,7 @@ from benchfill.data import Item, load_items
 from benchfill.errors import InputError
 from benchfill.io import atomic_write_json, atomic_write_text
 from benchfill.models.cache import CallCache
-from benchfill.models.client import CallResult, CallsFailed, ClientStats, ModelClient
+from benchfill.models.client import CallFailure, CallResult, CallsFailed, ClientStats, ModelClient
 from benchfill.models.config import ModelConfig, RunConfig, load_config, validate_config
 from benchfill.models.grading import FORM_PREFIX, Grader, is_form_failure
 from benchfill.models.panel import PanelAnswer, PanelEngine
@@ -65,7 +65,7 @@ class Progress:
 
 class EvaluationResult(BaseModel):
     """What ``evaluate`` did. ``model_dump`` / ``model_dump_json`` give ``summary.json`` (and the ``--json`` of
-    ``benchfill evaluate``): ``failure_errors`` left out, and for a simulated run a ``label`` saying so first."""
+    ``benchfill evaluate``): ``failures`` left out, and for a simulated run a ``label`` saying so first."""
 
     out_dir: str
     responses_path: str
@@ -91,7 +91,7 @@ class EvaluationResult(BaseModel):
     wrong_form: dict[str, dict[str, int]] = Field(default_factory=dict)
     failed_calls: int = 0
     complete: bool = True
-    failure_errors: list[str] = Field(default_factory=list, repr=False, exclude=True)
+    failures: list[CallFailure] = Field(default_factory=list, repr=False, exclude=True)
 
     @model_serializer(mode="wrap")
     def _labelled(self, handler: Any) -> dict[str, Any]:
@@ -137,7 +137,7 @@ async def run_evaluation(
     counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     skips: list[tuple[str, str, int, str, str]] = []
     wrong_form: dict[str, Counter[str]] = defaultdict(Counter)
-    failures: list[str] = []
+    failures: list[CallFailure] = []
     pending_per_item = [sum(n_roll.values()) for _ in items]
 
     def count(answer: PanelAnswer) -> None:
@@ -146,7 +146,7 @@ async def run_evaluation(
         if grade.label == "skip":
             skips.append((model.label, item.id, k, grade.method, grade.reason or ""))
             if answer.retryable:
-                failures.append(answer.failure_text)
+                failures.append(answer.failure())
         else:
             if is_form_failure(grade):
                 wrong_form[model.label][(grade.reason or "").removeprefix(FORM_PREFIX)] += 1
@@ -170,7 +170,7 @@ async def run_evaluation(
 def _write_outputs(out: Path, items: Sequence[Item], config: RunConfig, n_roll: dict[str, int],
                    counts: dict[tuple[str, str], list[int]], skips: list[tuple[str, str, int, str, str]],
                    client: ModelClient, wrong_form: dict[str, Counter[str]] | None = None,
-                   failures: list[str] | None = None) -> EvaluationResult:
+                   failures: list[CallFailure] | None = None) -> EvaluationResult:
     failures = failures or []
     labels = [m.label for m in config.panel]
     buf = io.StringIO()
@@ -219,7 +219,7 @@ def _write_outputs(out: Path, items: Sequence[Item], config: RunConfig, n_roll: 
         accuracy=accuracy, items_without_gradable_answer=[it.id for it in items if it.id not in attempted],
         first_errors=list(stats.first_errors),
         wrong_form={k: dict(sorted(v.items())) for k, v in sorted((wrong_form or {}).items()) if v},
-        failed_calls=len(failures), complete=not failures, failure_errors=list(failures),
+        failed_calls=len(failures), complete=not failures, failures=list(failures),
     )
     summary = result.model_dump()
     # run-specific counters (calls made now vs cached) change between a run and its rerun; they go in the
@@ -247,7 +247,7 @@ async def evaluate_async(items_path: str | Path, config_path: str | Path, out_di
     PromptLibrary.from_config(config)  # template overrides exist and parse, before any call
     result = await run_evaluation(items, config, out_dir, rollouts=rollouts, progress=progress)
     if result.failed_calls:
-        raise CallsFailed(result.failure_errors, "rerun the same command to retry them (answers received are kept)")
+        raise CallsFailed(result.failures, "rerun the same command to retry them (answers received are kept)")
     return result
 
 

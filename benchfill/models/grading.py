@@ -39,6 +39,7 @@ from pydantic import BaseModel, Field
 
 from benchfill.data import Item, keyed_letters, letters_in
 from benchfill.models import symbolic
+from benchfill.models.client import FailureKind
 from benchfill.models.replies import fenced_blocks, final_text, reply_json
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -65,6 +66,8 @@ class GradeResult:
         reason: why, for skips and judge verdicts.
         failure: for a skip that a rerun should ask again: ``call`` (the answer's call failed) or ``judge``
             (the grading judge's did); None otherwise.
+        failure_kind: for such a skip, why: the failed call's kind, or :attr:`FailureKind.JUDGE` for a judge
+            whose replies stayed unusable after its re-asks.
     """
 
     label: Label
@@ -73,6 +76,7 @@ class GradeResult:
     extracted: str | None = None
     reason: str | None = None
     failure: Failure | None = None
+    failure_kind: FailureKind | None = None
 
     @property
     def counted(self) -> bool:
@@ -900,6 +904,7 @@ class Grader:
             schema=JudgeReply,
         )
         if not result.ok or result.parsed is None:
-            return GradeResult("skip", 0.0, "judge", None, f"judge failed: {result.error}", failure="judge")
+            return GradeResult("skip", 0.0, "judge", None, f"judge failed: {result.error}", failure="judge",
+                               failure_kind=result.failure_kind or FailureKind.JUDGE)
         verdict = result.parsed
         return GradeResult(verdict["label"], verdict["score"], "judge", None, verdict["reason"] or None)

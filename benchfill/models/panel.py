@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from benchfill.data import Item
-from benchfill.models.client import CallResult, ModelClient
+from benchfill.models.client import CallFailure, CallResult, FailureKind, ModelClient
 from benchfill.models.config import ModelConfig
 from benchfill.models.grading import Grader, GradeResult
 from benchfill.models.prompts import PromptLibrary, answer_messages
@@ -53,12 +53,11 @@ class PanelAnswer:
         """True where the call or the judge failed: not an outcome; a rerun asks again."""
         return self.grade.retryable
 
-    @property
-    def failure_text(self) -> str:
-        """What failed, for a retryable answer: the call's error, else the judge's."""
+    def failure(self) -> CallFailure:
+        """What failed, for a retryable answer: the call (its kind and error), else the grading judge's call."""
         if not self.result.ok and self.result.error:
-            return self.result.error
-        return self.grade.reason or "judge failed"
+            return self.result.failure()
+        return CallFailure(self.grade.failure_kind or FailureKind.JUDGE, self.grade.reason or "judge failed")
 
 
 async def _answer_and_grade(client: ModelClient, grader: Grader, model: ModelConfig, item: Item,
@@ -70,7 +69,8 @@ async def _answer_and_grade(client: ModelClient, grader: Grader, model: ModelCon
     cached anyway). The answer is graded from the stored reply, after it was committed."""
     result = await client.complete(model, messages, sample_index=sample_index, role="panel", item=item)
     if not result.ok:
-        return result, GradeResult("skip", 0.0, "call", None, f"call failed: {result.error}", failure="call")
+        return result, GradeResult("skip", 0.0, "call", None, f"call failed: {result.error}", failure="call",
+                                   failure_kind=result.failure().kind)
     stored = client.cache.get_grade(result.key, fingerprint)
     if stored is not None:
         return result, GradeResult(stored["label"], stored["score"] or 0.0, stored["method"], stored["extracted"],
