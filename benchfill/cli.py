@@ -291,7 +291,7 @@ def fill(
     """Fill the largest difficulty gaps with the BenchFill search (rewrite -> validate -> label -> place)."""
     from benchfill import api
     from benchfill.graphs.render import FillLive, fill_summary_table
-    from benchfill.models.client import CallsFailed
+    from benchfill.models.failures import CallsFailed
 
     _check_fit_options(sampler)
     con = result_console(json_out)
@@ -491,8 +491,8 @@ def evaluate(
     """Every panel model answers every item `rollouts` times; answers are graded (objective first) and counted
     into a response file `benchfill diagnose` reads. Calls are cached: a rerun or a resumed run pays nothing twice."""
     from benchfill import api
-    from benchfill.models.client import CallsFailed
     from benchfill.models.config import load_config
+    from benchfill.models.failures import CallsFailed
     from benchfill.models.progress import live_progress, print_summary, simulated_banner
 
     con = result_console(json_out)

@@ -12,7 +12,7 @@ import benchfill as bf
 from benchfill.data import ResponseMatrix
 from benchfill.errors import InputError
 from benchfill.irt.model import SamplerSettings
-from benchfill.models.client import CallFailure, FailureKind
+from benchfill.models.failures import CallFailure, FailureKind
 
 
 def test_one_default_sampler_for_library_and_cli():

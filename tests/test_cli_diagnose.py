@@ -99,6 +99,7 @@ def test_bad_models_file_and_bad_calibrate_input(tmp_path, examples):
     assert res.exit_code == 2 and "not a benchfill diagnosis JSON" in res.output
 
 
+@pytest.mark.slow  # > 3 s: the full suite (CI) runs it, the fast lane does not
 def test_suite_summary_on_a_small_grouped_matrix(tmp_path):
     import numpy as np
 

@@ -238,6 +238,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow  # > 3 s: the full suite (CI) runs it, the fast lane does not
 def test_ctrl_c_does_not_reach_the_irt_workers(tmp_path):
     """Deterministic: SIGINT sent to pool workers (forked, and forked by the fork server) neither kills them nor
     prints a ForkPoolWorker traceback (without the two helpers both workers died with one)."""
@@ -276,6 +277,7 @@ def test_unknown_option_gets_a_suggestion(small, tmp_path):
         assert res.exit_code == 2 and needle in flat(res.output), res.output
 
 
+@pytest.mark.slow  # > 3 s: the full suite (CI) runs it, the fast lane does not
 def test_tables_are_not_cut_to_80_columns_when_piped(nasty_run):
     out, _ = nasty_run
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
@@ -422,6 +424,7 @@ def _groups(responses: Path, folder: Path) -> Path:
     return table
 
 
+@pytest.mark.slow  # > 3 s: the full suite (CI) runs it, the fast lane does not
 def test_evaluate_json_to_stdout(tmp_path):
     examples = REPO / "examples"
     proc = cli("evaluate", examples / "math500.items.jsonl", "--config", examples / "sim.toml", "--out", tmp_path / "ev",

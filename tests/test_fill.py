@@ -219,6 +219,7 @@ def test_progress_events_come_through_langgraphs_custom_stream(tmp_path, bench):
     assert all({"method", "gap", "calls", "cost"} <= set(e) for e in events) and events[-1]["calls"] > 0
 
 
+@pytest.mark.slow  # > 3 s: the full suite (CI) runs it, the fast lane does not
 def test_stop_rules_know_the_design(tmp_path, bench):
     """Stop when the best child is within tolerance at the level; where the panel cannot place a child that close,
     judge at its resolution, and stop once rounds stop raising the best child's probability."""
@@ -336,6 +337,7 @@ def test_real_client_path_against_a_local_server(tmp_path, bench, stub):
     assert summary["simulated"] is False and summary["methods"]["benchfill"]["gaps"][0]["n_candidates"] > 0
 
 
+@pytest.mark.slow  # > 3 s: the full suite (CI) runs it, the fast lane does not
 def test_malformed_rewriter_output_is_reasked_then_dropped(tmp_path, bench, stub):
     items, resp = bench
     cfg = stub_config(tmp_path, stub.port, rewriter="openai/malformed-rewriter")

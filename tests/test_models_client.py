@@ -12,8 +12,9 @@ import pytest
 from openai_stub import StubServer, start_stub
 
 from benchfill.models.cache import CallCache
-from benchfill.models.client import FailureKind, ModelClient, SyncModelClient
+from benchfill.models.client import ModelClient, SyncModelClient
 from benchfill.models.config import ModelConfig
+from benchfill.models.failures import FailureKind
 from benchfill.models.replies import reply_json
 
 SECRET = "sk-test-SECRET-4f2a9c"
@@ -340,7 +341,7 @@ def test_failure_kinds_come_from_the_exceptions_types_and_status():
     import httpx
     import litellm
 
-    from benchfill.models.client import CallFailure, CallsFailed, MalformedReply, classify_failure
+    from benchfill.models.failures import CallFailure, CallsFailed, MalformedReply, classify_failure
 
     def lit(name: str, **kw):
         return getattr(litellm, name)(message="boom", llm_provider="openai", model="openai/m", **kw)

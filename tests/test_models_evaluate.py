@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from openai_stub import default_responder
 
-from benchfill.models.client import CallsFailed
 from benchfill.models.evaluate import evaluate
+from benchfill.models.failures import CallsFailed
 
 SECRET = "sk-test-SECRET-evaluate-77"
 REPO = Path(__file__).resolve().parents[1]

@@ -57,9 +57,10 @@ from benchfill.irt.placement import place_children
 from benchfill.irt.scale import Scale
 from benchfill.memory.bank import MemoryBank, MemoryItem
 from benchfill.memory.record import PLACED_STATUSES, CandidateRecord, CandidateStatus, GapStatus
-from benchfill.models.client import CallResult, CallsFailed, SyncModelClient
+from benchfill.models.client import CallResult, SyncModelClient
 from benchfill.models.config import ModelConfig, RunConfig
 from benchfill.models.evaluate import Progress, run_evaluation
+from benchfill.models.failures import CallsFailed
 from benchfill.models.panel import PanelEngine, PanelJob
 from benchfill.models.prompts import PromptLibrary, rewrite_messages, validity_messages
 

@@ -13,7 +13,7 @@ Outputs in the run folder:
   ``"simulated": true`` when any sim model played.
 
 Calls that failed for infrastructure reasons (server down, timeouts, 5xx after every retry) are never an outcome:
-:func:`evaluate` raises :class:`~benchfill.models.client.CallsFailed` ("37 calls failed (server unreachable); ...")
+:func:`evaluate` raises :class:`~benchfill.models.failures.CallsFailed` ("37 calls failed (server unreachable); ...")
 after writing the summary, and a rerun retries exactly those calls.
 
 A rerun of the same command is served from the cache (no model call) and writes identical files; an interrupted
@@ -36,8 +36,9 @@ from benchfill.data import Item, load_items
 from benchfill.errors import InputError
 from benchfill.io import atomic_write_json, atomic_write_text
 from benchfill.models.cache import CallCache
-from benchfill.models.client import CallFailure, CallResult, CallsFailed, ClientStats, ModelClient
+from benchfill.models.client import CallResult, ClientStats, ModelClient
 from benchfill.models.config import ModelConfig, RunConfig, load_config, validate_config
+from benchfill.models.failures import CallFailure, CallsFailed
 from benchfill.models.grading import FORM_PREFIX, Grader, is_form_failure
 from benchfill.models.panel import PanelAnswer, PanelEngine
 from benchfill.models.prompts import PromptLibrary

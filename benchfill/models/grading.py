@@ -39,7 +39,7 @@ from pydantic import BaseModel, Field
 
 from benchfill.data import Item, keyed_letters, letters_in
 from benchfill.models import symbolic
-from benchfill.models.client import FailureKind
+from benchfill.models.failures import FailureKind
 from benchfill.models.replies import fenced_blocks, final_text, reply_json
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from benchfill.data import Item
-from benchfill.models.client import CallFailure, CallResult, FailureKind, ModelClient
+from benchfill.models.client import CallResult, ModelClient
 from benchfill.models.config import ModelConfig
+from benchfill.models.failures import CallFailure, FailureKind
 from benchfill.models.grading import Grader, GradeResult
 from benchfill.models.prompts import PromptLibrary, answer_messages
 
