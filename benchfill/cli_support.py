@@ -112,7 +112,7 @@ def write_json_result(json_out: Path | str | None, obj: Any, *, note: Console | 
 def quiet_libraries() -> None:
     """Silence library noise that is not the user's business (math-verify's one-off 'Timeout is disabled ...':
     benchfill bounds grading time itself; the grader also does this itself, for library users)."""
-    from benchfill.models.grading import quiet_math_verify
+    from benchfill.models import quiet_math_verify
 
     quiet_math_verify()
 

@@ -191,6 +191,8 @@ class Replicate(BaseModel):
     seed: int
     metrics: dict[str, MetricRecord]
     flags: dict[str, bool] = Field(description="flags the diagnosis raised")
+    verdicts: dict[str, str] = Field(default_factory=dict, description="the diagnosis' verdicts ('flag', 'ok', "
+                                                                       "'at floor')")
     unsolved: int = Field(description="items of the drawn benchmark no model solved in any rollout")
     wall_s: float = Field(description="seconds of the diagnose call")
 
@@ -238,6 +240,10 @@ class CoverageResult(BaseModel):
         """Share of replicates that raised the flag of ``name``."""
         return float(np.mean([r.flags.get(name, False) for r in self.replicates]))
 
+    def verdict_rate(self, name: str, verdict: str) -> float:
+        """Share of replicates whose verdict on ``name`` was ``verdict``."""
+        return float(np.mean([r.verdicts.get(name) == verdict for r in self.replicates]))
+
     def called_raised(self) -> tuple[int, int]:
         """(raised, called): over replicates, how many of the flags the truth calls for were raised."""
         called = [k for k in METRICS if self.called[k]]
@@ -278,6 +284,7 @@ def coverage(shape: str, rollouts: int | None = None, replicates: int = 10, seed
         wall = time.perf_counter() - clock
         reps.append(Replicate(seed=seed, metrics={k: _record(dg, k, tm[k]) for k in METRICS},
                               flags={k: bool(dg.flags.get(k, False)) for k in METRICS},
+                              verdicts={k: str(dg.verdicts.get(k, "")) for k in METRICS},
                               unsolved=int((resp.n_correct.sum(0) == 0).sum()), wall_s=wall))
     return CoverageResult(shape=shape, rollouts=rollouts, n_models=len(t.theta), n_items=len(t.b),
                           dropped=t.dropped, truth={k: tm[k] for k in METRICS}, called=tm["flags"],

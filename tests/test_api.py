@@ -34,9 +34,9 @@ def test_load_diagnose_save_place_from_python(examples, tmp_path):
     assert len(repr(dx)) < 300 and "12 models x 500 items" in repr(dx) and "DDM 0." in str(dx), repr(dx)
     # a progress display is told each stage as it starts, in order, each of them once
     firsts = [s.split(" ")[0] for s in stages]
-    assert firsts == ["fitting", "exact", "checks", "posterior", "the"], stages
+    assert firsts == ["fitting", "exact", "posterior", "the", "checks"], stages
     assert set(dx.timings) >= {"fit", "exact_b", "checks", "metrics", "null"}
-    assert json.loads(dx.to_json())["schema_version"] == 5
+    assert json.loads(dx.to_json())["schema_version"] == 6
     assert dx.plot().axes  # a matplotlib Figure for a notebook
     path = dx.save(tmp_path / "m500")
     assert {p.name for p in (tmp_path / "m500").iterdir()} == {"diagnosis.json", "diagnosis.png",

@@ -52,7 +52,7 @@ def test_diagnose_writes_the_documented_json(math500_diagnosis):
     assert (out.parent / "diagnosis.scale.npz").exists()
     assert "DDM" in output and "max gap" in output and "MAP PREVIEW" in output
     # each verdict other than a plain ok says what it means and what to do next, in the JSON and the terminal
-    assert data["schema_version"] == 5 and data["verdicts"]["ddm"] == "flag"
+    assert data["schema_version"] == 6 and data["verdicts"]["ddm"] == "flag"
     assert any(a.startswith("DDM flag: ") and "benchfill calibrate" in a for a in data["advice"]), data["advice"]
     assert "next: DDM flag" in " ".join(output.split())
 

@@ -99,7 +99,7 @@ def test_counts_from_a_guessing_1pl_favour_guessing(guessing_world):
     assert cmp.loglik_at_mean_guessing > cmp.loglik_at_mean_no_guessing  # the plug-in statement agrees
     assert dg.advice[0].startswith("the counts favour guessing c = 0.25 over c = 0"), dg.advice
     assert "compare_guessing" in dg.timings
-    assert dg.schema_version == 5
+    assert dg.schema_version == 6
     assert bf.Diagnosis.model_validate_json(dg.to_json()).guessing_comparison == cmp  # in the JSON contract
 
 

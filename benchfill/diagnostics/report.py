@@ -45,8 +45,9 @@ def _no_stage(_: str) -> None:
     return None
 
 
-# 5: guessing_comparison; 4: advice; 3: the difficulty population (population, reach; gaps' beyond_reach)
-SCHEMA_VERSION = 5
+# 6: the population's tails (population.tail, tail_scale); 5: guessing_comparison; 4: advice; 3: the difficulty
+# population (population, reach; gaps' beyond_reach)
+SCHEMA_VERSION = 6
 NULL_REPLICATES = 200
 NULL_TOL = 1e-9  # the null reproduces a coarse design's plug-in exactly: only a real excess may flag
 NAMES = {"ddm": "DDM", "max_gap": "max gap", "top5_sum": "Top-5 sum"}
@@ -75,8 +76,12 @@ class PopulationOut(BaseModel):
     q05: float
     q50: float
     q95: float
-    mu: float = Field(description="the normal envelope's mean, logits")
-    sigma: float = Field(description="the normal envelope's SD, logits")
+    mu: float = Field(description="the envelope's centre, logits")
+    sigma: float = Field(description="the envelope's scale (the normal's SD), logits")
+    tail: float | None = Field(None, description="the envelope's hyperbolic tail parameter delta (None: normal "
+                                                 "tails), learned from the items the panel measures")
+    tail_scale: float | None = Field(None, description="scale of the exponential tails, sigma / delta logits (None: "
+                                                       "normal tails): how far the items beyond reach are placed")
     spline_coefficients: int = Field(0, description="coefficients of the spline correction (0: none)")
     penalty: float = Field(0.0, description="ridge penalty of the spline, chosen by BIC")
     curve: list[tuple[float, float]] = Field(default_factory=list, description="(b, density) for pictures")
@@ -87,7 +92,10 @@ class PopulationOut(BaseModel):
         q = prior.quantiles([0.05, 0.5, 0.95])
         x, dens = prior.grid(points)
         return cls(kind=prior.kind, label=prior.label(), mean=mean, sd=sd, q05=float(q[0]), q50=float(q[1]),
-                   q95=float(q[2]), mu=prior.mu, sigma=prior.sigma, spline_coefficients=int(prior.coef.size),
+                   q95=float(q[2]), mu=prior.mu, sigma=prior.sigma,
+                   tail=prior.tail if prior.has_tails else None,
+                   tail_scale=prior.sigma / prior.tail if prior.has_tails else None,
+                   spline_coefficients=int(prior.coef.size),
                    penalty=prior.penalty, curve=[(round(float(a), 4), float(f"{b:.5g}")) for a, b in zip(x, dens)])
 
 
@@ -622,14 +630,17 @@ def diagnose(
     clock = time.perf_counter()
     exact_item_moments(fit, responses)
     timings["exact_b"] = time.perf_counter() - clock
+    # the report (metrics, null, verdicts) first, so that the painter draws the picture while the checks run
+    dg = build_diagnosis(responses, fit, [], top_gaps=top_gaps, seed=settings.seed, timings=timings,
+                         on_stage=on_stage, on_picture=on_picture)
     stage("checks R1-R4 (data, posterior predictive) and M1-M4 (convergence)")
     clock = time.perf_counter()
     check_times: dict[str, float] = {}
     checks = run_checks(responses, fit, seed=settings.seed, timings=check_times)
-    timings["checks"] = time.perf_counter() - clock
-    timings.update({f"check_{k}": v for k, v in check_times.items()})
-    dg = build_diagnosis(responses, fit, checks, top_gaps=top_gaps, seed=settings.seed, timings=timings,
-                         on_stage=on_stage, on_picture=on_picture)
+    dg.checks = [CheckOut(**c.model_dump()) for c in checks]
+    dg.advice += check_advice([c.name for c in checks if c.passed is False])
+    dg.timings["checks"] = round(time.perf_counter() - clock, 3)
+    dg.timings.update({f"check_{k}": round(v, 3) for k, v in check_times.items()})
     if compare_guessing and has_fixed_guessing(fit.spec):
         stage("which fits the counts better: the 1PL refitted without guessing (c = 0)")
         cmp = compare_with_no_guessing(responses, fit, top_gaps)

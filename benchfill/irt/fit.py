@@ -107,22 +107,30 @@ def build_pymc_model(responses: ResponseMatrix, spec: IRTSpec):
 
 def population_variable(prior, n_items: int):
     """b (I,) with the difficulty population as its prior, inside a pm.Model: a Normal for ``paper`` and
-    ``normal``; for ``spline`` a flat variable plus the log density as a potential (the same piecewise-linear
-    table of the spline correction that the fast engine evaluates)."""
+    ``normal``; otherwise a flat variable plus the log density as a potential: the envelope (normal, or hyperbolic
+    with exponential tails) and the same piecewise-linear table of the spline correction that the fast engine
+    evaluates."""
     import pymc as pm
     import pytensor.tensor as pt
 
-    if not prior.has_spline:
+    if not prior.has_spline and not prior.has_tails:
         return pm.Normal("b", prior.mu, prior.sigma, dims="item")
     b = pm.Flat("b", dims="item", initval=np.full(n_items, prior.mu))
-    xs, table = prior.spline_table()
-    step = float(xs[1] - xs[0])
-    u = pt.clip((b - xs[0]) / step, 0.0, len(xs) - 1.000001)
-    i = pt.floor(u).astype("int64")
-    t = u - i
-    tab = pt.as_tensor_variable(table)
-    s = pt.switch((b >= xs[0]) & (b <= xs[-1]), tab[i] + t * (tab[i + 1] - tab[i]), 0.0)
-    pm.Potential("b_population", pt.sum(-0.5 * ((b - prior.mu) / prior.sigma) ** 2 + s))
+    z = (b - prior.mu) / prior.sigma
+    if prior.has_tails:
+        delta = prior.tail
+        log_g = -(delta**2) * (pt.sqrt(1.0 + (z / delta) ** 2) - 1.0)
+    else:
+        log_g = -0.5 * z**2
+    if prior.has_spline:
+        xs, table = prior.spline_table()
+        step = float(xs[1] - xs[0])
+        u = pt.clip((b - xs[0]) / step, 0.0, len(xs) - 1.000001)
+        i = pt.floor(u).astype("int64")
+        t = u - i
+        tab = pt.as_tensor_variable(table)
+        log_g = log_g + pt.switch((b >= xs[0]) & (b <= xs[-1]), tab[i] + t * (tab[i + 1] - tab[i]), 0.0)
+    pm.Potential("b_population", pt.sum(log_g))
     return b
 
 

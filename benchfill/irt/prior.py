@@ -2,16 +2,25 @@
 
 One family covers the three populations benchfill offers:
 
-    log g(b) = -0.5 ((b - mu) / sigma)^2 + s(b) - log Z,      s(b) = sum_k alpha_k B_k(b),
+    log g(b) = e(z) + s(b) - log Z,      z = (b - mu) / sigma,      s(b) = sum_k alpha_k B_k(b),
 
 with B_k uniform cubic B-splines whose supports lie inside [knot_lo, knot_hi] (so s and its first two derivatives
-vanish at both ends and outside: the tails are the normal envelope's, and log g is twice differentiable
-everywhere, which keeps the quadrature lattices of :mod:`benchfill.irt.fast` spectrally accurate).
+vanish at both ends and outside: the tails are the envelope's, and log g is twice differentiable everywhere, which
+keeps the quadrature lattices of :mod:`benchfill.irt.fast` accurate). The envelope e is the normal's -z^2 / 2, or,
+with a finite ``tail`` delta, the symmetric hyperbolic envelope
+
+    e(z) = -delta^2 (sqrt(1 + (z / delta)^2) - 1),
+
+normal in the middle (e ~ -z^2 / 2 for |z| << delta) with exponential tails of scale sigma / delta logits (e ~
+-delta |z| for |z| >> delta): log-concave and smooth, like the normal. The tails are what place the items beyond
+the panel's reach (solved by no model, or by all), which the data bound on one side only; how heavy they are is
+learned from the items the panel does measure (:mod:`benchfill.irt.population`).
 
 * ``paper``: N(0, 1), fixed (the paper's prior, kept for comparison with its tables);
 * ``normal``: N(mu_b, sigma_b^2), both learned from the benchmark (a hierarchical normal, empirical Bayes);
-* ``spline``: the normal envelope reshaped by the spline (log-spline g-modeling, Efron 2016, "Empirical Bayes
-  deconvolution estimates", Biometrika 103(1)), learned from the benchmark: it can have holes, skew and long tails.
+* ``spline``: the envelope (normal or hyperbolic tails) reshaped by the spline (log-spline g-modeling, Efron
+  2016, "Empirical Bayes deconvolution estimates", Biometrika 103(1)), learned from the benchmark: it can have
+  holes, skew and long tails.
 
 This module is pure: parameters in, densities out. Learning a population from response data is
 :mod:`benchfill.irt.population`.
@@ -29,6 +38,34 @@ POPULATION_KINDS: tuple[str, ...] = ("spline", "normal", "paper")
 DEFAULT_POPULATION: PopulationKind = "spline"
 TABLE_PER_KNOT = 256  # s(b) is tabulated this finely per knot interval: linear interpolation errs < 1e-6 nats
 LOG_SQRT_2PI = 0.5 * np.log(2 * np.pi)
+
+
+def envelope(z: np.ndarray, tail: float = np.inf) -> np.ndarray:
+    """The envelope's log density in standard units, up to a constant: -z^2 / 2 (``tail`` infinite: the normal),
+    else the hyperbolic -tail^2 (sqrt(1 + (z / tail)^2) - 1) (exponential tails of rate ``tail`` per unit z)."""
+    z = np.asarray(z, dtype=float)
+    if not np.isfinite(tail):
+        return -0.5 * z * z
+    return -tail * tail * (np.sqrt(1.0 + (z / tail) ** 2) - 1.0)
+
+
+def envelope_log_norm(tail: float = np.inf) -> float:
+    """log of the integral of exp(envelope(z)) dz (sqrt(2 pi) for the normal; numerically for hyperbolic tails,
+    whose closed form 2 delta e^(delta^2) K1(delta^2) would need scipy.special's import, ~0.3 s of a command)."""
+    if not np.isfinite(tail):
+        return float(LOG_SQRT_2PI)
+    reach = tail + 60.0 / tail  # e < -59 nats beyond: nothing the double sum sees
+    z = np.linspace(0.0, reach, 200_001)
+    f = np.exp(envelope(z, tail))
+    return float(np.log(2.0 * np.sum((f[1:] + f[:-1]) * 0.5 * np.diff(z))))
+
+
+def envelope_reach(depth: float, tail: float = np.inf) -> float:
+    """The |z| at which the envelope is ``depth`` nats below its peak (inverse of -envelope)."""
+    depth = max(float(depth), 0.0)
+    if not np.isfinite(tail):
+        return float(np.sqrt(2.0 * depth))
+    return float(tail * np.sqrt((1.0 + depth / tail**2) ** 2 - 1.0))
 
 
 def cubic_bspline_basis(x: np.ndarray, lo: float, step: float, m: int) -> np.ndarray:
@@ -55,7 +92,9 @@ class Population:
 
     Attributes:
         kind: "paper", "normal" or "spline".
-        mu, sigma: the normal envelope (for ``normal`` the whole population).
+        mu, sigma: the envelope's centre and scale (for ``normal`` the whole population).
+        tail: the envelope's tail parameter delta (infinite: normal tails; finite: exponential tails of scale
+            sigma / delta logits, see the module docstring).
         knot_lo, knot_step: the spline's uniform knots knot_lo + k knot_step; ``coef`` (m,) its coefficients
             (empty: no spline).
         penalty: the ridge penalty the spline coefficients were learned with (0 where there is no spline).
@@ -68,6 +107,7 @@ class Population:
     knot_step: float = 1.0
     coef: np.ndarray = field(default_factory=lambda: np.zeros(0))
     penalty: float = 0.0
+    tail: float = float("inf")
     # derived in __post_init__: the spline's table (nodes, values) and log Z of the density
     _xs: np.ndarray = field(init=False, repr=False)
     _table: np.ndarray = field(init=False, repr=False)
@@ -76,6 +116,8 @@ class Population:
     def __post_init__(self) -> None:
         if not (np.isfinite(self.mu) and np.isfinite(self.sigma) and self.sigma > 0):
             raise ValueError(f"a population needs a finite mu and sigma > 0 (got {self.mu}, {self.sigma})")
+        if not self.tail > 0:
+            raise ValueError(f"a population's tail parameter must be positive (got {self.tail})")
         coef = np.asarray(self.coef, dtype=float).reshape(-1)
         object.__setattr__(self, "coef", coef)
         if coef.size:
@@ -90,8 +132,9 @@ class Population:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Population):
             return NotImplemented
-        return (self.kind, self.mu, self.sigma, self.knot_lo, self.knot_step, self.penalty) == (
-            other.kind, other.mu, other.sigma, other.knot_lo, other.knot_step, other.penalty) and np.array_equal(
+        return (self.kind, self.mu, self.sigma, self.knot_lo, self.knot_step, self.penalty, self.tail) == (
+            other.kind, other.mu, other.sigma, other.knot_lo, other.knot_step, other.penalty,
+            other.tail) and np.array_equal(
             self.coef, other.coef)
 
     __hash__ = None  # type: ignore[assignment]  # mutable-looking: holds an array
@@ -112,6 +155,11 @@ class Population:
         return self.coef.size > 0
 
     @property
+    def has_tails(self) -> bool:
+        """Whether the envelope has exponential (hyperbolic) tails instead of the normal's."""
+        return bool(np.isfinite(self.tail))
+
+    @property
     def knot_hi(self) -> float:
         return self.knot_lo + self.knot_step * (self.coef.size + 3)
 
@@ -126,7 +174,7 @@ class Population:
         """log g(b), normalised, any shape; nats."""
         b = np.asarray(b, dtype=float)
         z = (b - self.mu) / self.sigma
-        out = -0.5 * z * z - self._log_norm
+        out = (-0.5 * z * z if not self.has_tails else envelope(z, self.tail)) - self._log_norm
         return out + self.spline(b) if self.has_spline else out
 
     def log_density_unnormalised(self, b: np.ndarray) -> np.ndarray:
@@ -142,7 +190,8 @@ class Population:
 
     @property
     def curvature(self) -> float:
-        """Largest |d^2 log g / db^2|, logits^-2: the prior's share of the curvature that sets lattice spacing."""
+        """Largest |d^2 log g / db^2|, logits^-2: the prior's share of the curvature that sets lattice spacing (the
+        hyperbolic envelope's is at most the normal's, reached at its centre)."""
         base = 1.0 / self.sigma**2
         if not self.has_spline:
             return base
@@ -153,28 +202,28 @@ class Population:
     def support(self, cut: float = 40.0) -> tuple[float, float]:
         """(lo, hi) outside which log g is more than ``cut`` nats below its largest value."""
         if not self.has_spline:
-            reach = self.sigma * np.sqrt(2.0 * cut)
+            reach = self.sigma * envelope_reach(cut, self.tail)
             return float(self.mu - reach), float(self.mu + reach)
         u = self.log_density_unnormalised(self._xs)  # inside the knots (log g + log Z)
         top = float(u.max())
         if not self.knot_lo <= self.mu <= self.knot_hi:
             top = max(top, 0.0)  # the envelope's own peak, outside the knots where s = 0
         keep = self._xs[u >= top - cut]
-        # outside the knots log g + log Z = -z^2 / 2, within the cut where |z| <= sqrt(2 (cut - top))
-        reach = self.sigma * np.sqrt(2.0 * max(cut - top, 0.0))
+        # outside the knots log g + log Z = e(z), within the cut where -e(|z|) <= cut - top
+        reach = self.sigma * envelope_reach(cut - top, self.tail)
         lo, hi = self.mu - reach, self.mu + reach
         if keep.size:
             lo, hi = min(lo, float(keep[0])), max(hi, float(keep[-1]))
         return float(lo), float(hi)
 
     def _normaliser(self) -> float:
-        base = float(np.log(self.sigma) + LOG_SQRT_2PI)
+        base = float(np.log(self.sigma) + envelope_log_norm(self.tail))
         if not self.has_spline:
             return base
         # log Z = log of the envelope's integral of e^s: e^s - 1 vanishes outside the knots
         x = np.linspace(self.knot_lo, self.knot_hi, 8 * TABLE_PER_KNOT * (self.coef.size + 3) + 1)
         z = (x - self.mu) / self.sigma
-        f = np.exp(-0.5 * z * z) * np.expm1(self.spline(x))
+        f = np.exp(envelope(z, self.tail)) * np.expm1(self.spline(x))
         extra = float(np.sum((f[1:] + f[:-1]) * 0.5 * np.diff(x))) / np.exp(base)
         return base + float(np.log1p(extra))
 
@@ -210,7 +259,9 @@ class Population:
         mean, sd = self.moments()
         if self.kind == "normal":
             return f"learned normal N({self.mu:.2f}, {self.sigma:.2f}^2)"
-        return f"learned log-spline (mean {mean:.2f}, SD {sd:.2f}, {self.coef.size} knots' coefficients)"
+        tails = (f", exponential tails of scale {self.sigma / self.tail:.2f}" if self.has_tails else
+                 ", normal tails")
+        return f"learned log-spline (mean {mean:.2f}, SD {sd:.2f}, {self.coef.size} knots' coefficients{tails})"
 
     # ---- persistence -------------------------------------------------------------------------------------
     def to_arrays(self, prefix: str = "population_") -> dict[str, np.ndarray]:
@@ -218,12 +269,12 @@ class Population:
         return {f"{prefix}kind": np.array(self.kind), f"{prefix}mu": np.array(self.mu),
                 f"{prefix}sigma": np.array(self.sigma), f"{prefix}knot_lo": np.array(self.knot_lo),
                 f"{prefix}knot_step": np.array(self.knot_step), f"{prefix}coef": np.asarray(self.coef, dtype=float),
-                f"{prefix}penalty": np.array(self.penalty)}
+                f"{prefix}penalty": np.array(self.penalty), f"{prefix}tail": np.array(self.tail)}
 
     @classmethod
     def from_arrays(cls, arrays, prefix: str = "population_") -> "Population":
         """Inverse of :meth:`to_arrays`; a mapping without them (a file saved before populations) gives the
-        paper's N(0, 1), the prior those files were fitted with."""
+        paper's N(0, 1), the prior those files were fitted with; one saved before tails has normal tails."""
         if f"{prefix}kind" not in arrays:
             return cls.paper()
         kind = str(arrays[f"{prefix}kind"])
@@ -231,4 +282,5 @@ class Population:
             raise ValueError(f"unknown population kind {kind!r}")
         return cls(kind, float(arrays[f"{prefix}mu"]), float(arrays[f"{prefix}sigma"]),  # type: ignore[arg-type]
                    float(arrays[f"{prefix}knot_lo"]), float(arrays[f"{prefix}knot_step"]),
-                   np.asarray(arrays[f"{prefix}coef"], dtype=float), float(arrays[f"{prefix}penalty"]))
+                   np.asarray(arrays[f"{prefix}coef"], dtype=float), float(arrays[f"{prefix}penalty"]),
+                   float(arrays[f"{prefix}tail"]) if f"{prefix}tail" in arrays else float("inf"))

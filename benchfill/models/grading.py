@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from benchfill.data import Item, keyed_letters, letters_in
-from benchfill.models import symbolic
+from benchfill.models import quiet_math_verify, symbolic
 from benchfill.models.failures import FailureKind
 from benchfill.models.replies import fenced_blocks, final_text, reply_json
 
@@ -383,18 +383,6 @@ def latex_value(text: str) -> float | None:
     """The numeric value of a closed-form LaTeX expression (``\\sqrt{2}``, ``2\\pi``), or None (also when working it
     out took longer than :data:`SYMBOLIC_TIMEOUT`)."""
     return _latex_value_outcome(text)[0]
-
-
-MATH_VERIFY_LOGGERS = ("math_verify", "math_verify.parser", "math_verify.grader")
-
-
-def quiet_math_verify() -> None:
-    """Silence math-verify's one-off 'Timeout is disabled ...' notice: benchfill bounds grading time itself, and
-    the notice reached library users' output on every first grade off the main thread."""
-    import logging
-
-    for name in MATH_VERIFY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def _math_verify_equal(gold: str, pred: str, alarm: bool = True) -> bool | None:
