@@ -95,15 +95,21 @@ def test_gibbs_is_deterministic_and_refuses_guessing():
 @pytest.mark.parametrize("missing", [0.0, 0.3], ids=["complete", "30% missing"])
 def test_a_leaderboard_fit_covers_the_truth_and_converges(missing):
     """150 models: fit_irt's default sampler runs Gibbs; its 90 % intervals cover the true abilities and
-    difficulties (drawn from a shape the prior does not have) at about their nominal rate."""
+    difficulties (drawn from a shape the prior does not have) at about their nominal rate, on the scale the data
+    identify: abilities and difficulties less the abilities' mean. (The scale's origin is set by the priors, theta ~
+    N(0, 1) and the learned population, not by the data: on this right-skewed shape the learned population's
+    exponential tails move it by -0.06 to -0.22 logits over seeds 7-10, normal tails by -0.13 to +0.05; measured on
+    the origin-free scale, seeds 7-10 complete and 30 % missing cover at 0.86-0.92. No normalised figure sees it.)"""
     resp, theta, b = _binary(150, 400, seed=7, missing=missing)
     fit = fit_irt(resp, IRTSpec(), SamplerSettings(draws=500))
     assert fit.extra["fast"]["engine"] == "gibbs"
-    for draws, truth in ((fit.theta, theta), (fit.b, b)):
+    origin = fit.theta.mean(axis=2, keepdims=True)  # each draw's mean ability
+    for draws, truth in ((fit.theta - origin, theta - theta.mean()), (fit.b - origin, b - theta.mean())):
         flat = draws.reshape(-1, draws.shape[2])
         lo, hi = np.quantile(flat, [0.05, 0.95], axis=0)
         cover = float(np.mean((truth >= lo) & (truth <= hi)))
         assert 0.84 <= cover <= 0.96, cover
+    for draws in (fit.theta, fit.b):
         rhat, bulk, _ = rank_diagnostics(draws)
         assert np.nanmax(rhat) < 1.01 and np.nanmin(bulk) > 400
 

@@ -35,66 +35,78 @@ def test_a_population_is_a_normalised_density_and_round_trips():
     assert mean == pytest.approx(1.0, abs=1e-6) and sd == pytest.approx(2.0, abs=1e-4)
 
 
-@pytest.mark.parametrize("tail", [0.5, 1.0, 2.8])
-def test_a_population_with_exponential_tails_is_a_normalised_density_and_round_trips(tail):
-    pop = Population("spline", 0.3, 2.1, -3.0, 0.5, np.array([0.4, -1.2, -2.0, -0.5, 0.8, 0.2, 0.1]), 4.0, tail)
+@pytest.mark.parametrize("tails", [(0.5, 0.5), (np.inf, 1.0), (2.8, np.inf), (0.7, 2.0)])
+def test_a_population_with_exponential_tails_is_a_normalised_density_and_round_trips(tails):
+    lo_tail, hi_tail = tails
+    pop = Population("spline", 0.3, 2.1, -3.0, 0.5, np.array([0.4, -1.2, -2.0, -0.5, 0.8, 0.2, 0.1]), 4.0, *tails)
     lo, hi = pop.support(cut=60.0)
     x = np.linspace(lo, hi, 400_001)
     assert np.trapezoid(np.exp(pop.log_density(x)), x) == pytest.approx(1.0, abs=1e-6)
     # the support is where log g falls 60 nats below its top (no further: lattices are sized by it)
     top = pop.log_density(x).max()
     assert pop.log_density(np.array([lo, hi])) == pytest.approx([top - 60.0] * 2, abs=0.5)
-    assert Population.from_arrays(pop.to_arrays()) == pop and Population.from_arrays(pop.to_arrays()).tail == tail
+    back = Population.from_arrays(pop.to_arrays())
+    assert back == pop and back.tails == tails
     assert pop != Population("spline", 0.3, 2.1, -3.0, 0.5, pop.coef, 4.0)  # normal tails: another population
-    # beyond the knots log g falls linearly, at delta / sigma nats per logit: exponential tails of scale sigma / delta
-    far = pop.knot_hi + np.array([20.0, 30.0])
-    slope = float(np.diff(pop.log_density(far))[0]) / 10.0
-    assert slope == pytest.approx(-tail / 2.1, rel=0.05)
-    assert "exponential tails of scale" in pop.label()
+    # beyond the knots log g falls linearly on a side with a finite delta, at delta / sigma nats per logit (an
+    # exponential tail of scale sigma / delta), and quadratically (the normal's) on the other
+    for side, tail, far in (("lo", lo_tail, pop.knot_lo - np.array([30.0, 20.0])),
+                            ("hi", hi_tail, pop.knot_hi + np.array([20.0, 30.0]))):
+        slope = float(np.diff(pop.log_density(far))[0]) / 10.0 * (1 if side == "lo" else -1)
+        if np.isfinite(tail):
+            assert slope == pytest.approx(tail / 2.1, rel=0.05), side
+            assert pop.tail_scale(side) == pytest.approx(2.1 / tail)
+        else:
+            assert slope > 4.0 and pop.tail_scale(side) is None, side
+    assert "exponential, scale" in pop.label()
     with pytest.raises(ValueError, match="tail"):
-        Population("spline", 0.0, 1.0, tail=0.0)
+        Population("spline", 0.0, 1.0, tail_hi=0.0)
 
 
 def test_an_old_scale_file_has_normal_tails():
-    arrays = {k: v for k, v in Population("spline", 0.0, 2.0, tail=1.0).to_arrays().items()
-              if k != "population_tail"}
+    arrays = {k: v for k, v in Population("spline", 0.0, 2.0, tail_lo=1.0, tail_hi=1.0).to_arrays().items()
+              if not k.startswith("population_tail")}
     assert not Population.from_arrays(arrays).has_tails
 
 
 def test_the_envelopes_derivatives_are_those_of_its_log_density():
     """The marginal likelihood's Newton steps (population._features) use e's analytic derivatives in (mu, log
-    sigma): they match finite differences, with normal and with hyperbolic tails."""
+    sigma): they match finite differences, with normal and with hyperbolic tails, the same or different per side."""
     grid = np.linspace(-9.0, 11.0, 41)
-    for tail in (np.inf, 1.4, 0.5):
+    for tails in ((np.inf, np.inf), (1.4, 1.4), (np.inf, 0.5), (0.7, 2.8)):
         phi = np.array([0.7, np.log(1.8)])
-        f, D, D2 = population._features(grid, phi, np.zeros((grid.size, 0)), tail)
+        f, D, D2 = population._features(grid, phi, np.zeros((grid.size, 0)), tails)
         eps = 1e-5
         for a in range(2):
             e = np.eye(2)[a] * eps
-            fp, Dp, _ = population._features(grid, phi + e, np.zeros((grid.size, 0)), tail)
-            fm, Dm, _ = population._features(grid, phi - e, np.zeros((grid.size, 0)), tail)
+            fp, Dp, _ = population._features(grid, phi + e, np.zeros((grid.size, 0)), tails)
+            fm, Dm, _ = population._features(grid, phi - e, np.zeros((grid.size, 0)), tails)
             np.testing.assert_allclose(D[:, a], (fp - fm) / (2 * eps), rtol=1e-6, atol=1e-7)
             np.testing.assert_allclose(D2[:, :, a], (Dp[:, :2] - Dm[:, :2]) / (2 * eps), rtol=1e-5, atol=1e-6)
 
 
+def _hyperbolic_draws(rng: np.random.Generator, n: int, tails: tuple[float, float]) -> np.ndarray:
+    """Draws from the envelope with ``tails`` (sigma 1, centre 0) by inverting its CDF on a fine grid."""
+    from benchfill.irt.prior import envelope
+
+    z = np.linspace(-60.0, 60.0, 240_001)
+    cdf = np.cumsum(np.exp(envelope(z, tails)))
+    return np.interp(rng.uniform(size=n), cdf / cdf[-1], z)
+
+
 def test_tails_are_learned_where_the_measured_items_show_them():
     """12 models x 8 rollouts. Difficulties with a normal spread keep the normal's tails or nearly (delta >= 2:
-    measured over 12 seeds, 8 normal, 4 at delta 2-2.8, by likelihood alone); difficulties from a hyperbolic
-    population with exponential tails (scale 1.25 logits, far heavier than a normal of the same SD) get exponential
-    tails of about that scale: the items the panel measures near its reach show how the tail goes on."""
+    measured over 12 seeds, 8 normal, 4 at delta 2-2.8, by likelihood alone); difficulties from a population with
+    exponential tails (scale 1.25 logits, far heavier than a normal of the same SD) get exponential tails of about
+    that scale: the items the panel measures near its reach show how the tails go on (one delta for both sides,
+    population.fit_envelope says why)."""
     rng = np.random.default_rng(5)
     for _ in range(3):
         normal, _ = _learn(rng.normal(0.3, 2.2, 600), 8)
-        assert not normal.has_tails or normal.tail >= 2.0, normal.label()
-    # draws from the hyperbolic envelope (delta 0.8, sigma 1.0) by inverting its CDF on a fine grid
-    z = np.linspace(-60.0, 60.0, 240_001)
-    from benchfill.irt.prior import envelope
-
-    cdf = np.cumsum(np.exp(envelope(z, 0.8)))
-    b = 0.3 + np.interp(rng.uniform(size=600), cdf / cdf[-1], z)
-    heavy, _ = _learn(b, 8, seed=6)
-    assert heavy.has_tails, heavy.label()
-    assert heavy.sigma / heavy.tail == pytest.approx(1.25, rel=0.4), heavy.label()
+        assert min(normal.tails) >= 2.0, normal.label()
+    heavy, _ = _learn(0.3 + _hyperbolic_draws(rng, 600, (0.8, 0.8)), 8, seed=6)
+    assert heavy.has_tails and heavy.tail_lo == heavy.tail_hi, heavy.label()
+    assert heavy.tail_scale("hi") == pytest.approx(1.25, rel=0.4), heavy.label()
 
 
 def test_a_wide_normal_population_is_recovered():

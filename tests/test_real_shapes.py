@@ -206,7 +206,7 @@ def test_a_gap_beyond_the_panels_reach_is_reported_as_such(data_dir):
     assert any("beyond the panel's reach" in w for w in dg.warnings), dg.warnings
     assert dg.gaps[0].beyond_reach
     if POPULATION is None:
-        assert dg.population is not None and dg.population.tail_scale is not None, dg.population
+        assert dg.population is not None and dg.population.tail_scale_hard is not None, dg.population
 
 
 @pytest.mark.shared

@@ -45,7 +45,7 @@ def _no_stage(_: str) -> None:
     return None
 
 
-# 6: the population's tails (population.tail, tail_scale); 5: guessing_comparison; 4: advice; 3: the difficulty
+# 6: the population's tails (population.tail_scale_easy, tail_scale_hard); 5: guessing_comparison; 4: advice; 3: the difficulty
 # population (population, reach; gaps' beyond_reach)
 SCHEMA_VERSION = 6
 NULL_REPLICATES = 200
@@ -78,10 +78,11 @@ class PopulationOut(BaseModel):
     q95: float
     mu: float = Field(description="the envelope's centre, logits")
     sigma: float = Field(description="the envelope's scale (the normal's SD), logits")
-    tail: float | None = Field(None, description="the envelope's hyperbolic tail parameter delta (None: normal "
-                                                 "tails), learned from the items the panel measures")
-    tail_scale: float | None = Field(None, description="scale of the exponential tails, sigma / delta logits (None: "
-                                                       "normal tails): how far the items beyond reach are placed")
+    tail_scale_easy: float | None = Field(None, description="scale (logits) of the exponential tail on the easy "
+                                                            "side (low b), None for the normal's tail; learned from "
+                                                            "the items the panel measures")
+    tail_scale_hard: float | None = Field(None, description="the same on the hard side (high b): how far beyond the "
+                                                            "panel's reach the items no model solves are placed")
     spline_coefficients: int = Field(0, description="coefficients of the spline correction (0: none)")
     penalty: float = Field(0.0, description="ridge penalty of the spline, chosen by BIC")
     curve: list[tuple[float, float]] = Field(default_factory=list, description="(b, density) for pictures")
@@ -93,8 +94,7 @@ class PopulationOut(BaseModel):
         x, dens = prior.grid(points)
         return cls(kind=prior.kind, label=prior.label(), mean=mean, sd=sd, q05=float(q[0]), q50=float(q[1]),
                    q95=float(q[2]), mu=prior.mu, sigma=prior.sigma,
-                   tail=prior.tail if prior.has_tails else None,
-                   tail_scale=prior.sigma / prior.tail if prior.has_tails else None,
+                   tail_scale_easy=prior.tail_scale("lo"), tail_scale_hard=prior.tail_scale("hi"),
                    spline_coefficients=int(prior.coef.size),
                    penalty=prior.penalty, curve=[(round(float(a), 4), float(f"{b:.5g}")) for a, b in zip(x, dens)])
 

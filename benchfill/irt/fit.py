@@ -117,11 +117,11 @@ def population_variable(prior, n_items: int):
         return pm.Normal("b", prior.mu, prior.sigma, dims="item")
     b = pm.Flat("b", dims="item", initval=np.full(n_items, prior.mu))
     z = (b - prior.mu) / prior.sigma
-    if prior.has_tails:
-        delta = prior.tail
-        log_g = -(delta**2) * (pt.sqrt(1.0 + (z / delta) ** 2) - 1.0)
-    else:
-        log_g = -0.5 * z**2
+    def half(tail: float):  # benchfill.irt.prior.half_envelope, in PyTensor
+        return -0.5 * z**2 if not np.isfinite(tail) else -(tail**2) * (pt.sqrt(1.0 + (z / tail) ** 2) - 1.0)
+
+    log_g = half(prior.tail_hi) if prior.tail_lo == prior.tail_hi else pt.switch(
+        z < 0.0, half(prior.tail_lo), half(prior.tail_hi))
     if prior.has_spline:
         xs, table = prior.spline_table()
         step = float(xs[1] - xs[0])

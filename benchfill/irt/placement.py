@@ -305,7 +305,7 @@ class _KeyMemo:
     def on(self, draws: np.ndarray, prior: Population) -> dict[bytes, tuple[float, float]]:
         digest = hashlib.blake2b(np.ascontiguousarray(draws).tobytes(), digest_size=16)
         digest.update(repr((draws.shape, prior.kind, prior.mu, prior.sigma, prior.knot_lo, prior.knot_step,
-                            prior.penalty, prior.tail)).encode())
+                            prior.penalty, prior.tails)).encode())
         digest.update(np.asarray(prior.coef, dtype=float).tobytes())
         tag = digest.digest()
         if tag != self.tag or len(self.moments) > MEMO_MAX_KEYS:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchfill.irt import fast
-from benchfill.irt.prior import Population, PopulationKind, cubic_bspline_basis, envelope
+from benchfill.irt.prior import NORMAL_TAILS, Population, PopulationKind, cubic_bspline_basis, envelope
 
 FIT_GRID_STEP = 0.25  # largest node spacing of the fitting grid, logits (finer where items are measured finely)
 BIN_STEP = 0.04  # finer fitting grids are binned to this (the population is smooth on the knots' scale)
@@ -85,16 +85,17 @@ def fit_grid(keys: fast.ItemKeys, theta: np.ndarray, seed: int = 0) -> FitGrid:
 # ------------------------------------------------------------------------------------------------ the g-model
 
 
-def _features(grid: np.ndarray, phi: np.ndarray, basis: np.ndarray, tail: float = np.inf
+def _features(grid: np.ndarray, phi: np.ndarray, basis: np.ndarray, tails: tuple[float, float] = NORMAL_TAILS
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """log g's unnormalised values f (G,), derivatives D (G, P) and the nonzero second derivatives of the
-    parameters phi = (mu, log sigma, alpha...) (the (mu, log sigma) block, (G, 2, 2)); ``tail``: the envelope's
+    parameters phi = (mu, log sigma, alpha...) (the (mu, log sigma) block, (G, 2, 2)); ``tails``: the envelope's
     (:func:`benchfill.irt.prior.envelope`, fixed here)."""
     mu, sigma = phi[0], np.exp(phi[1])
     z = (grid - mu) / sigma
     # e(z) and, with r = sqrt(1 + (z / delta)^2) (1 for the normal): e' = -z / r, e'' = -1 / r^3
-    r = np.ones_like(z) if not np.isfinite(tail) else np.sqrt(1.0 + (z / tail) ** 2)
-    f = envelope(z, tail) + (basis @ phi[2:] if basis.shape[1] else 0.0)
+    delta = np.where(z < 0.0, tails[0], tails[1])
+    r = np.sqrt(1.0 + (z / delta) ** 2) if np.isfinite(tails).any() else np.ones_like(z)
+    f = envelope(z, tails) + (basis @ phi[2:] if basis.shape[1] else 0.0)
     D = np.empty((grid.size, 2 + basis.shape[1]))
     D[:, 0] = z / (r * sigma)  # d e / d mu = -e'(z) / sigma
     D[:, 1] = z * z / r  # d e / d log sigma = -e'(z) z
@@ -107,12 +108,12 @@ def _features(grid: np.ndarray, phi: np.ndarray, basis: np.ndarray, tail: float 
 
 
 def _objective(fg: FitGrid, phi: np.ndarray, basis: np.ndarray, penalty: float, hessian: bool = True,
-               tail: float = np.inf) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+               tails: tuple[float, float] = NORMAL_TAILS) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
     """Penalised marginal log-likelihood, its gradient and Hessian in phi, and the unpenalised Hessian
     (-inf where sigma leaves [e^-4, e^4] logits: a line search's overshoot, never an optimum here)."""
     if not -4.0 <= phi[1] <= 4.0:
         return -np.inf, np.zeros_like(phi), np.zeros((phi.size, phi.size)), np.zeros((phi.size, phi.size))
-    f, D, D2 = _features(fg.grid, phi, basis, tail)
+    f, D, D2 = _features(fg.grid, phi, basis, tails)
     fmax = f.max()
     prior = np.exp(f - fmax)
     Zp = prior.sum()
@@ -142,10 +143,10 @@ def _objective(fg: FitGrid, phi: np.ndarray, basis: np.ndarray, penalty: float, 
 
 
 def _maximise(fg: FitGrid, phi: np.ndarray, basis: np.ndarray, penalty: float, free: slice,
-              max_iter: int = 100, tol: float = 1e-7, tail: float = np.inf) -> np.ndarray:
+              max_iter: int = 100, tol: float = 1e-7, tails: tuple[float, float] = NORMAL_TAILS) -> np.ndarray:
     """Newton ascent (eigenvalue-floored, with backtracking) on the parameters ``free`` of phi."""
     phi = phi.copy()
-    val, grad, H, _ = _objective(fg, phi, basis, penalty, tail=tail)
+    val, grad, H, _ = _objective(fg, phi, basis, penalty, tails=tails)
     for _ in range(max_iter):
         g = grad[free]
         w, V = np.linalg.eigh(-H[free, free])
@@ -158,14 +159,14 @@ def _maximise(fg: FitGrid, phi: np.ndarray, basis: np.ndarray, penalty: float, f
         while t > 1e-8:
             cand = phi.copy()
             cand[free] += t * step
-            new_val = _objective(fg, cand, basis, penalty, hessian=False, tail=tail)[0]
+            new_val = _objective(fg, cand, basis, penalty, hessian=False, tails=tails)[0]
             if np.isfinite(new_val) and new_val >= val + 1e-4 * t * decrement:
                 break
             t *= 0.5
         if t <= 1e-8:
             break
         phi = cand
-        val, grad, H, _ = _objective(fg, phi, basis, penalty, tail=tail)
+        val, grad, H, _ = _objective(fg, phi, basis, penalty, tails=tails)
     return phi
 
 
@@ -181,39 +182,52 @@ def _start(fg: FitGrid) -> np.ndarray:
     return np.array([mu, np.log(min(sd, 8.0))])
 
 
-def fit_envelope(fg: FitGrid) -> tuple[np.ndarray, float]:
-    """The spline's envelope: (mu, log sigma) and its tail parameter delta (:func:`benchfill.irt.prior.envelope`;
-    infinite: the normal) by marginal maximum likelihood on ``fg``, delta over the grid :data:`TAILS`. What the
-    panel measures near its reach says how far the items beyond it go on: measured on real shapes drawn at the
-    paper's rollouts (12 seeds each, ``bench/real_shapes.py``), a HumanEval+ shape, whose hardest items lie 3 logits
-    past the rest, gains 1-6 nats with delta 0.7-1.4; MATH-500 0-1.2 nats at delta 2-4 and loses 2-15 nats at
-    delta <= 1; AIME 2024 loses with every finite delta. The choice is by likelihood alone, like mu and sigma: with
-    BIC's log(I) / 2 nats asked of the extra parameter, 5 of 12 HumanEval+ draws kept normal tails and their 90 %
-    intervals missed the true max gap (coverage 58 %; by likelihood 100 %, MATH-500 92-100 %, AIME 100 %)."""
+def fit_envelope(fg: FitGrid, tails: tuple[float, float] | None = None) -> tuple[np.ndarray, tuple[float, float]]:
+    """The spline's envelope: (mu, log sigma) and its tail parameters (:func:`benchfill.irt.prior.envelope`;
+    infinite: the normal's tails) by marginal maximum likelihood on ``fg``, one delta for both sides over the grid
+    :data:`TAILS`. What the panel measures near its reach says how far the items beyond it go on: measured on real
+    shapes drawn at the paper's rollouts (12 seeds each, ``bench/real_shapes.py``), a HumanEval+ shape, whose
+    hardest items lie 3 logits past the rest, gains 1-6 nats with delta 0.5-1.4; MATH-500 0-1.2 nats at delta 2-4
+    and loses 2-15 nats at delta <= 1; AIME 2024 loses with every finite delta. The choice is by likelihood alone,
+    like mu and sigma: with BIC's log(I) / 2 nats asked of the extra parameter, 5 of 12 HumanEval+ draws kept normal
+    tails and their 90 % intervals missed the true max gap (coverage 58 %; by likelihood 100 %, MATH-500 92-100 %,
+    AIME 100 %). A delta per side, chosen the same way, followed a skewed bulk instead of the tail (MATH-500's
+    hard side gains 6-10 nats from an exponential tail) and placed the items beyond reach too far: MATH-500's Top-5
+    covered 12 %, AIME's DDM 62 % (8 draws each). The price of one delta: on a right-skewed shape the scale's
+    origin (set by the priors, not the data) moves by ~0.1 logit, which no normalised figure sees.
+    ``tails``: keep these (only mu and sigma are fitted)."""
     none = np.zeros((fg.grid.size, 0))
     phi = _maximise(fg, _start(fg), none, 0.0, slice(0, 2))
-    best: tuple[float, np.ndarray, float] = (_objective(fg, phi, none, 0.0, hessian=False)[0], phi, float("inf"))
+    if tails is not None:
+        return (phi if tails == NORMAL_TAILS else _maximise(fg, phi, none, 0.0, slice(0, 2), tails=tails)), tails
+
+    def ll_of(cand_tails: tuple[float, float], start: np.ndarray) -> tuple[float, np.ndarray]:
+        cand = _maximise(fg, start, none, 0.0, slice(0, 2), tails=cand_tails)
+        return _objective(fg, cand, none, 0.0, hessian=False, tails=cand_tails)[0], cand
+
+    best = (_objective(fg, phi, none, 0.0, hessian=False)[0], phi, NORMAL_TAILS)
     for tail in TAILS:
-        cand = _maximise(fg, phi, none, 0.0, slice(0, 2), tail=tail)
-        ll = _objective(fg, cand, none, 0.0, hessian=False, tail=tail)[0]
+        ll, cand = ll_of((tail, tail), phi)
         if ll > best[0]:
-            best = (ll, cand, tail)
+            best = (ll, cand, (tail, tail))
     return best[1], best[2]
 
 
-def fit_population(fg: FitGrid, kind: PopulationKind, theta: np.ndarray) -> Population:
+def fit_population(fg: FitGrid, kind: PopulationKind, theta: np.ndarray,
+                   tails: tuple[float, float] | None = None) -> Population:
     """The population of ``kind`` ("normal" or "spline") that maximises the (penalised) marginal likelihood on
-    ``fg`` (the abilities at ``theta`` (J,))."""
+    ``fg`` (the abilities at ``theta`` (J,)); ``tails``: the spline envelope's tail parameters, kept (None: learned
+    too, :func:`fit_envelope`)."""
     if kind == "normal":
         none = np.zeros((fg.grid.size, 0))
         phi = _maximise(fg, _start(fg), none, 0.0, slice(0, 2))
         return Population.normal(float(phi[0]), float(np.exp(phi[1])))
-    phi, tail = fit_envelope(fg)
+    phi, tails = fit_envelope(fg, tails)
     mu, sigma = float(phi[0]), float(np.exp(phi[1]))
     lo = max(theta.min() - KNOT_REACH, mu - 4.0 * sigma)
     hi = min(theta.max() + KNOT_REACH, mu + 4.0 * sigma)
     if hi - lo < MIN_INTERVALS * 0.1:  # the panel measures no range of the population: the envelope alone
-        return Population("spline", mu, sigma, tail=tail)
+        return Population("spline", mu, sigma, tail_lo=tails[0], tail_hi=tails[1])
     intervals = int(np.clip(np.round((hi - lo) / KNOT_STEP), MIN_INTERVALS, MAX_INTERVALS))
     step = (hi - lo) / intervals
     m = intervals - 3  # cubic B-splines wholly inside [lo, hi]: s and its first two derivatives vanish at the ends
@@ -223,8 +237,8 @@ def fit_population(fg: FitGrid, kind: PopulationKind, theta: np.ndarray) -> Popu
     worse = 0
     for penalty in PENALTIES:  # strongest first, each warm-started from the last; stop once BIC falls twice
         # the envelope stays the learned normal (its tails place the items beyond reach); the spline reshapes
-        current = _maximise(fg, current, basis, penalty, slice(2, 2 + m), tail=tail)
-        ll_pen, _, H_pen, H = _objective(fg, current, basis, penalty, tail=tail)
+        current = _maximise(fg, current, basis, penalty, slice(2, 2 + m), tails=tails)
+        ll_pen, _, H_pen, H = _objective(fg, current, basis, penalty, tails=tails)
         alpha = current[2:]
         ll = ll_pen + 0.5 * penalty * float(alpha @ alpha)
         # effective degrees of freedom of the penalised fit: tr((-H_pen)^-1 (-H))
@@ -244,7 +258,7 @@ def fit_population(fg: FitGrid, kind: PopulationKind, theta: np.ndarray) -> Popu
     assert best is not None
     _, phi, penalty = best
     return Population("spline", float(phi[0]), float(np.exp(phi[1])), float(lo), float(step), phi[2:].copy(),
-                      penalty, tail)
+                      penalty, *tails)
 
 
 def uniform_range(fg: FitGrid, max_nodes: int = 160) -> tuple[float, float]:
@@ -286,8 +300,12 @@ def learn_population(keys: fast.ItemKeys, kind: PopulationKind, seed: int = 0) -
         return prior, theta
     theta, cov = fast._mode_and_cov(fast.pilot_model(keys, theta, 14.0, prior), theta)
     curvature = np.linalg.inv(cov)
+    tails: tuple[float, float] | None = None
     for _ in range(ROUNDS):
-        prior = fit_population(fit_grid(keys, theta, seed), kind, theta)
+        # the tails are chosen once, on the first round's abilities (choosing them every round cost ~2 s of the
+        # bundled 12 x 500 at ~1,100 rollouts and changed 2 of 18 choices on the real shapes, each to a neighbour)
+        prior = fit_population(fit_grid(keys, theta, seed), kind, theta, tails)
+        tails = prior.tails
         # quasi-Newton from the last curvature: the population changes the abilities' posterior little
         new = fast._mode_and_cov(fast.pilot_model(keys, theta, 14.0, prior), theta, gtol=1e-6,
                                  curvature=curvature, with_cov=False)[0]

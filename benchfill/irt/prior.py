@@ -7,14 +7,16 @@ One family covers the three populations benchfill offers:
 with B_k uniform cubic B-splines whose supports lie inside [knot_lo, knot_hi] (so s and its first two derivatives
 vanish at both ends and outside: the tails are the envelope's, and log g is twice differentiable everywhere, which
 keeps the quadrature lattices of :mod:`benchfill.irt.fast` accurate). The envelope e is the normal's -z^2 / 2, or,
-with a finite ``tail`` delta, the symmetric hyperbolic envelope
+on a side with a finite tail parameter delta (``tail_lo`` for the easy side z < 0, ``tail_hi`` for the hard side
+z > 0), the hyperbolic
 
     e(z) = -delta^2 (sqrt(1 + (z / delta)^2) - 1),
 
-normal in the middle (e ~ -z^2 / 2 for |z| << delta) with exponential tails of scale sigma / delta logits (e ~
--delta |z| for |z| >> delta): log-concave and smooth, like the normal. The tails are what place the items beyond
-the panel's reach (solved by no model, or by all), which the data bound on one side only; how heavy they are is
-learned from the items the panel does measure (:mod:`benchfill.irt.population`).
+normal in the middle (e ~ -z^2 / 2 for |z| << delta) with an exponential tail of scale sigma / delta logits (e ~
+-delta |z| for |z| >> delta): log-concave and smooth (the two sides agree to the third derivative at z = 0), like
+the normal. The tails are what place the items beyond the panel's reach (solved by no model, or by all), which the
+data bound on one side only; how heavy each is is learned from the items the panel does measure
+(:mod:`benchfill.irt.population`).
 
 * ``paper``: N(0, 1), fixed (the paper's prior, kept for comparison with its tables);
 * ``normal``: N(mu_b, sigma_b^2), both learned from the benchmark (a hierarchical normal, empirical Bayes);
@@ -40,28 +42,49 @@ TABLE_PER_KNOT = 256  # s(b) is tabulated this finely per knot interval: linear 
 LOG_SQRT_2PI = 0.5 * np.log(2 * np.pi)
 
 
-def envelope(z: np.ndarray, tail: float = np.inf) -> np.ndarray:
-    """The envelope's log density in standard units, up to a constant: -z^2 / 2 (``tail`` infinite: the normal),
-    else the hyperbolic -tail^2 (sqrt(1 + (z / tail)^2) - 1) (exponential tails of rate ``tail`` per unit z)."""
+NORMAL_TAILS = (float("inf"), float("inf"))  # (easy side, hard side): no tail parameter, the normal's tails
+
+
+def half_envelope(z: np.ndarray, tail: float) -> np.ndarray:
+    """One side's envelope in standard units, up to a constant: -z^2 / 2 (``tail`` infinite: the normal), else the
+    hyperbolic -tail^2 (sqrt(1 + (z / tail)^2) - 1) (an exponential tail of rate ``tail`` per unit z)."""
     z = np.asarray(z, dtype=float)
     if not np.isfinite(tail):
         return -0.5 * z * z
     return -tail * tail * (np.sqrt(1.0 + (z / tail) ** 2) - 1.0)
 
 
-def envelope_log_norm(tail: float = np.inf) -> float:
-    """log of the integral of exp(envelope(z)) dz (sqrt(2 pi) for the normal; numerically for hyperbolic tails,
-    whose closed form 2 delta e^(delta^2) K1(delta^2) would need scipy.special's import, ~0.3 s of a command)."""
+def envelope(z: np.ndarray, tails: tuple[float, float] = NORMAL_TAILS) -> np.ndarray:
+    """The envelope's log density in standard units, up to a constant: ``tails[0]``'s side below z = 0 (easy
+    items), ``tails[1]``'s above (hard items) (:func:`half_envelope`)."""
+    z = np.asarray(z, dtype=float)
+    lo, hi = tails
+    if lo == hi:
+        return half_envelope(z, hi)
+    return np.where(z < 0.0, half_envelope(z, lo), half_envelope(z, hi))
+
+
+def half_log_mass(tail: float) -> float:
+    """log of the integral of exp(half_envelope(z, tail)) over z > 0 (sqrt(pi / 2) for the normal; numerically
+    for a hyperbolic tail, whose closed form delta e^(delta^2) K1(delta^2) would need scipy.special's import, ~0.3 s
+    of a command)."""
     if not np.isfinite(tail):
-        return float(LOG_SQRT_2PI)
-    reach = tail + 60.0 / tail  # e < -59 nats beyond: nothing the double sum sees
+        return float(LOG_SQRT_2PI - np.log(2.0))
+    reach = tail + 60.0 / tail  # e < -59 nats beyond: nothing the sum sees
     z = np.linspace(0.0, reach, 200_001)
-    f = np.exp(envelope(z, tail))
-    return float(np.log(2.0 * np.sum((f[1:] + f[:-1]) * 0.5 * np.diff(z))))
+    f = np.exp(half_envelope(z, tail))
+    return float(np.log(np.sum((f[1:] + f[:-1]) * 0.5 * np.diff(z))))
+
+
+def envelope_log_norm(tails: tuple[float, float] = NORMAL_TAILS) -> float:
+    """log of the integral of exp(envelope(z)) dz (log sqrt(2 pi) for the normal)."""
+    if not np.isfinite(tails[0]) and not np.isfinite(tails[1]):
+        return float(LOG_SQRT_2PI)
+    return float(np.logaddexp(half_log_mass(tails[0]), half_log_mass(tails[1])))
 
 
 def envelope_reach(depth: float, tail: float = np.inf) -> float:
-    """The |z| at which the envelope is ``depth`` nats below its peak (inverse of -envelope)."""
+    """The |z| at which one side's envelope is ``depth`` nats below its peak (inverse of -half_envelope)."""
     depth = max(float(depth), 0.0)
     if not np.isfinite(tail):
         return float(np.sqrt(2.0 * depth))
@@ -93,8 +116,9 @@ class Population:
     Attributes:
         kind: "paper", "normal" or "spline".
         mu, sigma: the envelope's centre and scale (for ``normal`` the whole population).
-        tail: the envelope's tail parameter delta (infinite: normal tails; finite: exponential tails of scale
-            sigma / delta logits, see the module docstring).
+        tail_lo, tail_hi: the envelope's tail parameters delta on the easy side (low b) and the hard side (high b)
+            (infinite: the normal's tail; finite: an exponential tail of scale sigma / delta logits, see the module
+            docstring).
         knot_lo, knot_step: the spline's uniform knots knot_lo + k knot_step; ``coef`` (m,) its coefficients
             (empty: no spline).
         penalty: the ridge penalty the spline coefficients were learned with (0 where there is no spline).
@@ -107,7 +131,8 @@ class Population:
     knot_step: float = 1.0
     coef: np.ndarray = field(default_factory=lambda: np.zeros(0))
     penalty: float = 0.0
-    tail: float = float("inf")
+    tail_lo: float = float("inf")
+    tail_hi: float = float("inf")
     # derived in __post_init__: the spline's table (nodes, values) and log Z of the density
     _xs: np.ndarray = field(init=False, repr=False)
     _table: np.ndarray = field(init=False, repr=False)
@@ -116,8 +141,8 @@ class Population:
     def __post_init__(self) -> None:
         if not (np.isfinite(self.mu) and np.isfinite(self.sigma) and self.sigma > 0):
             raise ValueError(f"a population needs a finite mu and sigma > 0 (got {self.mu}, {self.sigma})")
-        if not self.tail > 0:
-            raise ValueError(f"a population's tail parameter must be positive (got {self.tail})")
+        if not (self.tail_lo > 0 and self.tail_hi > 0):
+            raise ValueError(f"a population's tail parameters must be positive (got {self.tail_lo}, {self.tail_hi})")
         coef = np.asarray(self.coef, dtype=float).reshape(-1)
         object.__setattr__(self, "coef", coef)
         if coef.size:
@@ -132,9 +157,9 @@ class Population:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Population):
             return NotImplemented
-        return (self.kind, self.mu, self.sigma, self.knot_lo, self.knot_step, self.penalty, self.tail) == (
+        return (self.kind, self.mu, self.sigma, self.knot_lo, self.knot_step, self.penalty, self.tails) == (
             other.kind, other.mu, other.sigma, other.knot_lo, other.knot_step, other.penalty,
-            other.tail) and np.array_equal(
+            other.tails) and np.array_equal(
             self.coef, other.coef)
 
     __hash__ = None  # type: ignore[assignment]  # mutable-looking: holds an array
@@ -155,9 +180,19 @@ class Population:
         return self.coef.size > 0
 
     @property
+    def tails(self) -> tuple[float, float]:
+        """(tail_lo, tail_hi): the envelope's tail parameters, easy side and hard side."""
+        return (self.tail_lo, self.tail_hi)
+
+    @property
     def has_tails(self) -> bool:
-        """Whether the envelope has exponential (hyperbolic) tails instead of the normal's."""
-        return bool(np.isfinite(self.tail))
+        """Whether the envelope has an exponential (hyperbolic) tail on either side instead of the normal's."""
+        return bool(np.isfinite(self.tail_lo) or np.isfinite(self.tail_hi))
+
+    def tail_scale(self, side: str) -> float | None:
+        """Scale (logits) of the exponential tail on ``side`` ("lo": easy, "hi": hard), None for a normal tail."""
+        tail = self.tail_lo if side == "lo" else self.tail_hi
+        return float(self.sigma / tail) if np.isfinite(tail) else None
 
     @property
     def knot_hi(self) -> float:
@@ -174,7 +209,7 @@ class Population:
         """log g(b), normalised, any shape; nats."""
         b = np.asarray(b, dtype=float)
         z = (b - self.mu) / self.sigma
-        out = (-0.5 * z * z if not self.has_tails else envelope(z, self.tail)) - self._log_norm
+        out = (-0.5 * z * z if not self.has_tails else envelope(z, self.tails)) - self._log_norm
         return out + self.spline(b) if self.has_spline else out
 
     def log_density_unnormalised(self, b: np.ndarray) -> np.ndarray:
@@ -202,28 +237,28 @@ class Population:
     def support(self, cut: float = 40.0) -> tuple[float, float]:
         """(lo, hi) outside which log g is more than ``cut`` nats below its largest value."""
         if not self.has_spline:
-            reach = self.sigma * envelope_reach(cut, self.tail)
-            return float(self.mu - reach), float(self.mu + reach)
+            return (float(self.mu - self.sigma * envelope_reach(cut, self.tail_lo)),
+                    float(self.mu + self.sigma * envelope_reach(cut, self.tail_hi)))
         u = self.log_density_unnormalised(self._xs)  # inside the knots (log g + log Z)
         top = float(u.max())
         if not self.knot_lo <= self.mu <= self.knot_hi:
             top = max(top, 0.0)  # the envelope's own peak, outside the knots where s = 0
         keep = self._xs[u >= top - cut]
-        # outside the knots log g + log Z = e(z), within the cut where -e(|z|) <= cut - top
-        reach = self.sigma * envelope_reach(cut - top, self.tail)
-        lo, hi = self.mu - reach, self.mu + reach
+        # outside the knots log g + log Z = e(z), within the cut where -e(z) <= cut - top
+        lo = self.mu - self.sigma * envelope_reach(cut - top, self.tail_lo)
+        hi = self.mu + self.sigma * envelope_reach(cut - top, self.tail_hi)
         if keep.size:
             lo, hi = min(lo, float(keep[0])), max(hi, float(keep[-1]))
         return float(lo), float(hi)
 
     def _normaliser(self) -> float:
-        base = float(np.log(self.sigma) + envelope_log_norm(self.tail))
+        base = float(np.log(self.sigma) + envelope_log_norm(self.tails))
         if not self.has_spline:
             return base
         # log Z = log of the envelope's integral of e^s: e^s - 1 vanishes outside the knots
         x = np.linspace(self.knot_lo, self.knot_hi, 8 * TABLE_PER_KNOT * (self.coef.size + 3) + 1)
         z = (x - self.mu) / self.sigma
-        f = np.exp(envelope(z, self.tail)) * np.expm1(self.spline(x))
+        f = np.exp(envelope(z, self.tails)) * np.expm1(self.spline(x))
         extra = float(np.sum((f[1:] + f[:-1]) * 0.5 * np.diff(x))) / np.exp(base)
         return base + float(np.log1p(extra))
 
@@ -259,8 +294,10 @@ class Population:
         mean, sd = self.moments()
         if self.kind == "normal":
             return f"learned normal N({self.mu:.2f}, {self.sigma:.2f}^2)"
-        tails = (f", exponential tails of scale {self.sigma / self.tail:.2f}" if self.has_tails else
-                 ", normal tails")
+        scales = [(name, self.tail_scale(side)) for name, side in (("easy", "lo"), ("hard", "hi"))]
+        tails = ", ".join(f"{name} tail {'exponential, scale ' + format(sc, '.2f') if sc else 'normal'}"
+                          for name, sc in scales)
+        tails = ", " + tails if self.has_tails else ", normal tails"
         return f"learned log-spline (mean {mean:.2f}, SD {sd:.2f}, {self.coef.size} knots' coefficients{tails})"
 
     # ---- persistence -------------------------------------------------------------------------------------
@@ -269,7 +306,8 @@ class Population:
         return {f"{prefix}kind": np.array(self.kind), f"{prefix}mu": np.array(self.mu),
                 f"{prefix}sigma": np.array(self.sigma), f"{prefix}knot_lo": np.array(self.knot_lo),
                 f"{prefix}knot_step": np.array(self.knot_step), f"{prefix}coef": np.asarray(self.coef, dtype=float),
-                f"{prefix}penalty": np.array(self.penalty), f"{prefix}tail": np.array(self.tail)}
+                f"{prefix}penalty": np.array(self.penalty), f"{prefix}tail_lo": np.array(self.tail_lo),
+                f"{prefix}tail_hi": np.array(self.tail_hi)}
 
     @classmethod
     def from_arrays(cls, arrays, prefix: str = "population_") -> "Population":
@@ -283,4 +321,5 @@ class Population:
         return cls(kind, float(arrays[f"{prefix}mu"]), float(arrays[f"{prefix}sigma"]),  # type: ignore[arg-type]
                    float(arrays[f"{prefix}knot_lo"]), float(arrays[f"{prefix}knot_step"]),
                    np.asarray(arrays[f"{prefix}coef"], dtype=float), float(arrays[f"{prefix}penalty"]),
-                   float(arrays[f"{prefix}tail"]) if f"{prefix}tail" in arrays else float("inf"))
+                   *(float(arrays[f"{prefix}{k}"]) if f"{prefix}{k}" in arrays else float("inf")
+                     for k in ("tail_lo", "tail_hi")))
