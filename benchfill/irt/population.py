@@ -34,6 +34,7 @@ KNOT_REACH = 4.0  # the spline's knots span the abilities +- this (within mu +- 
 KNOT_STEP = 0.5  # target spacing of the spline's knots, logits
 MIN_INTERVALS, MAX_INTERVALS = 6, 40
 TAILS = (4.0, 2.8, 2.0, 1.4, 1.0, 0.7, 0.5)  # hyperbolic tail parameters tried for the spline's envelope (z units)
+TAIL_MIN_ITEMS = 50  # fewer items keep the normal's tails (6 items of 3 models chose a 109-logit tail: 8 s windows)
 PENALTIES = (1024.0, 256.0, 64.0, 16.0, 4.0, 1.0, 0.25, 0.0625, 0.016, 0.004)  # ridge strengths tried for the spline, strongest first
 ROUNDS = 4  # alternations of (abilities' mode, population) at most
 THETA_TOL = 0.01  # ... until the mode moves less than this, logits
@@ -194,10 +195,13 @@ def fit_envelope(fg: FitGrid, tails: tuple[float, float] | None = None) -> tuple
     AIME 100 %). A delta per side, chosen the same way, followed a skewed bulk instead of the tail (MATH-500's
     hard side gains 6-10 nats from an exponential tail) and placed the items beyond reach too far: MATH-500's Top-5
     covered 12 %, AIME's DDM 62 % (8 draws each). The price of one delta: on a right-skewed shape the scale's
-    origin (set by the priors, not the data) moves by ~0.1 logit, which no normalised figure sees.
-    ``tails``: keep these (only mu and sigma are fitted)."""
+    origin (set by the priors, not the data) moves by ~0.1 logit, which no normalised figure sees. A benchmark of
+    fewer than :data:`TAIL_MIN_ITEMS` items keeps the normal's tails: too few items lie near the reach to show a
+    tail. ``tails``: keep these (only mu and sigma are fitted)."""
     none = np.zeros((fg.grid.size, 0))
     phi = _maximise(fg, _start(fg), none, 0.0, slice(0, 2))
+    if tails is None and fg.mult.sum() < TAIL_MIN_ITEMS:
+        tails = NORMAL_TAILS
     if tails is not None:
         return (phi if tails == NORMAL_TAILS else _maximise(fg, phi, none, 0.0, slice(0, 2), tails=tails)), tails
 
