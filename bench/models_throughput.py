@@ -127,13 +127,14 @@ async def bench_null(n: int, concurrency: int, db: Path, repeats: int = 3) -> di
 
 async def bench_sim(n: int, db: Path) -> dict[str, float]:
     from benchfill.data import Item
+    from benchfill.models.requests import AnswerRequest
     from benchfill.models.sim import SimWorld
 
     world = SimWorld.from_abilities({"m": 0.5}, {}, seed=0)
     cfg = ModelConfig(model="sim/m")
     items = [Item(id=str(i), question=f"q{i}", answer=str(i), format="numeric") for i in range(n)]
     client = ModelClient(db, sim=world)
-    wall, cpu = await timed(n, lambda i: client.complete(cfg, messages(i, "sim"), item=items[i]))
+    wall, cpu = await timed(n, lambda i: client.complete(cfg, messages(i, "sim"), request=AnswerRequest(items[i])))
     await client.aclose()
     return {"wall": wall, "cpu": cpu}
 

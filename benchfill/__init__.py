@@ -17,10 +17,11 @@ _os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from benchfill._version import __version__
 
 # The Python API (benchfill.api), imported on first use so that `import benchfill` stays light.
-__all__ = ["load_responses", "import_logs", "diagnose", "suite", "place", "calibrate", "detect", "load_diagnosis",
-           "fill", "fill_async", "fill_run", "evaluate", "evaluate_async", "trace", "export", "review_queue",
-           "review_item", "vote", "write_report", "view", "designers_card", "designers_run", "designers_run_async",
-           "designers_rewriters", "local_server", "Diagnosis", "ImportResult", "FillSummary", "__version__"]
+__all__ = ["load_responses", "import_logs", "diagnose", "diagnosis_files", "suite", "place", "calibrate", "detect",
+           "load_diagnosis", "fill", "fill_async", "fill_run", "evaluate", "evaluate_async", "trace", "export",
+           "review_queue", "review_item", "vote", "write_report", "view", "designers_card", "designers_run",
+           "designers_run_async", "designers_rewriters", "local_server", "Diagnosis", "ImportResult", "FillSummary",
+           "__version__"]
 
 
 def __getattr__(name: str):

@@ -8,33 +8,48 @@
     summary = bf.fill("items.jsonl", "responses.csv", "fill.toml", "runs/fill")    # also inside Jupyter
     result = await bf.evaluate_async("items.jsonl", "panel.toml", "runs/eval")      # or bf.evaluate(...)
 
-The CLI is a thin face on these functions: what it can do, Python can.
+The CLI is a thin face on these functions: what it can do, Python can. One shape for all of them: a command's
+options are its :mod:`benchfill.options` model (defaults and rules, shared with the CLI's flags), a long-running
+call reports progress as :class:`benchfill.progress.Event` objects to its ``on_event``, and a result printed with
+rich (``rich.print(result)``) shows what the command shows.
 """
 
 from __future__ import annotations
 
 import asyncio
+import warnings
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation
 
+from benchfill import options
 from benchfill.aio import run_sync
 from benchfill.data import Item, ResponseMatrix
 from benchfill.diagnostics.calibrate import CalibrationResult
 from benchfill.diagnostics.detect import DetectionResult
 from benchfill.diagnostics.report import Diagnosis
-from benchfill.errors import InputError, MissingExtra, did_you_mean, require_extra, require_sampler
+from benchfill.errors import InputError, MissingExtra, did_you_mean, require_extra
 from benchfill.irt.placement import PlacedItem
-from benchfill.irt.prior import DEFAULT_POPULATION, POPULATION_KINDS
 from benchfill.memory.record import ReviewStatus
 from benchfill.memory.views import GapTrace, ReviewEntry, ReviewItem
+from benchfill.options import DEFAULT_SAMPLER as DEFAULT_SAMPLER
+from benchfill.options import DIAGNOSIS_GAPS as DIAGNOSIS_GAPS
+from benchfill.options import check_fit_options as check_fit_options
+from benchfill.progress import Event, OnEvent, notify
 
-if TYPE_CHECKING:  # the LLM client stack (litellm, sqlite-utils) loads only for commands that call models
+if TYPE_CHECKING:  # annotations only: the LLM client stack (litellm, sqlite-utils) loads only for commands that
+    # call models, rich and the picture's process for those that show or draw
+    from rich.console import RenderableType
+
+    from benchfill.diagnostics.picture import Painter
     from benchfill.models.evaluate import EvaluationResult
 
-DEFAULT_SAMPLER = "fast"
-DIAGNOSIS_GAPS = 10  # gaps a diagnosis records, largest first (the CLI's --top-gaps shows 5 of them by default)
+
+def _path(value: str | Path | None) -> Path | None:
+    """A path option as a Path (None stays None)."""
+    return None if value is None else Path(value)
 
 
 def load_responses(source: Any, *, items: str | Path | Sequence[Item] | None = None, models: int | None = None,
@@ -116,108 +131,112 @@ def import_logs(fmt: str, paths: str | Path | Sequence[str | Path], *, out: str 
                         n_item_texts=len(items), responses=matrix, items=items)
 
 
-def check_fit_options(sampler: str = "", *, chains: int | None = None, tune: int | None = None,
-                      draws: int | None = None, guessing: float | None = None, choices: int | None = None,
-                      top_gaps: int | None = None, robustness: bool = False) -> None:
-    """The IRT fit's options, checked before any data is read or any fit starts (:func:`diagnose`, :func:`suite`,
-    :func:`place` and :func:`fill_run` call it; so does the CLI, for the same one-line messages). Raises
-    :class:`~benchfill.errors.InputError` naming the option as the CLI spells it (``--chains: 0: must be at least
-    1``), or :class:`~benchfill.errors.MissingExtra` for a sampler whose extra is not installed. ``sampler`` ``""``
-    is the default (``fast``); an option left None is not checked. The rules: a known sampler; ``chains``,
-    ``draws``, ``top_gaps`` at least 1 and ``tune`` at least 0 (whole numbers); ``guessing`` in [0, 1);
-    ``choices`` at least 2; not both ``guessing`` and ``choices``."""
-    from benchfill.irt.fit import SAMPLERS, available_samplers
-
-    if not isinstance(sampler, str):
-        raise InputError("--sampler", f"{sampler!r}: a sampler is named by a string")
-    require_sampler(sampler, robustness)
-    known = available_samplers()
-    if sampler and sampler not in known:
-        if sampler.lower() in ("nuts", "hmc", "mcmc"):
-            hint = " (NUTS is pymc, nutpie or numpyro)"
-        else:
-            hint = did_you_mean(sampler, known)
-        missing = " (not installed here)" if sampler in SAMPLERS else ""
-        raise InputError("--sampler", f"{sampler!r}{missing}: choose from {', '.join(known)}{hint}")
-    for name, value, least in (("--chains", chains, 1), ("--draws", draws, 1), ("--tune", tune, 0),
-                               ("--top-gaps", top_gaps, 1)):
-        if value is not None and _whole(name, value) < least:
-            raise InputError(name, f"{value}: must be at least {least}")
-    if guessing is not None:
-        try:
-            rate = float(guessing)
-        except (TypeError, ValueError):
-            raise InputError("--guessing", f"{guessing!r}: a guessing rate is a number in [0, 1)") from None
-        if not 0.0 <= rate < 1.0:
-            raise InputError("--guessing", f"{rate:g}: a guessing rate must lie in [0, 1)")
-    if choices is not None and _whole("--choices", choices) < 2:
-        raise InputError("--choices", f"{choices}: multiple choice needs at least 2 options")
-    if guessing is not None and choices is not None:
-        raise InputError("--guessing/--choices", "give one of them, not both")
-
-
-def _whole(name: str, value: Any) -> int:
-    """``value`` as a whole number (an int, numpy's too; not a float or a bool), else the option's InputError."""
-    import operator
-
-    try:
-        if not isinstance(value, bool):
-            return operator.index(value)
-    except TypeError:
-        pass
-    raise InputError(name, f"{value!r}: must be a whole number")
-
-
 def diagnose(responses: ResponseMatrix | Any, *, items: str | Path | Sequence[Item] | None = None,
-             sampler: str = DEFAULT_SAMPLER, chains: int = 4, tune: int = 1000, draws: int = 1000, seed: int = 0,
-             guessing: float | None = None, choices: int | None = None, robustness: bool = False,
-             top_gaps: int = DIAGNOSIS_GAPS, on_stage: Any = None, on_picture: Any = None,
-             prior: str = DEFAULT_POPULATION, compare_guessing: bool = True) -> Diagnosis:
-    """Fit the IRT model and diagnose the benchmark (README: IRT and checks; Reading the figures): the same defaults as ``benchfill
-    diagnose``. ``responses``: anything :func:`load_responses` takes. Multiple-choice items (``choices``) get the
-    guessing rate 1/k; ``guessing`` or ``choices`` set one for every item. ``prior``: the difficulties'
-    population, learned from the benchmark (``"spline"``, the default, or ``"normal"``) or the paper's fixed N(0, 1)
-    (``"paper"``, for comparison with its tables), as ``--prior``. ``on_stage(text)``, if given, is told
-    each stage (fit, exact difficulties, checks, metrics, null, robustness) as it starts; ``on_picture(picture)``
-    gets the diagnosis picture (:class:`benchfill.diagnostics.picture.Picture`, ``top_gaps`` gaps) as soon as the
-    verdicts are known. With a guessing rate (``guessing``, ``choices`` or the items' own) and
-    ``compare_guessing`` the 1PL is fitted once more without it (c = 0, one more fast fit) and ``guessing_comparison``
-    says which of the two the counts favour, by leave-one-item-out elpd, with the verdicts under c = 0. Returns the
-    :class:`Diagnosis`; its ``save(folder)`` writes the JSON, the picture and the scale. A bad sampler setting is an
-    :class:`~benchfill.errors.InputError` before anything is read (:func:`check_fit_options`)."""
-    from benchfill.diagnostics.report import diagnose as _diagnose
-    from benchfill.irt.model import IRTSpec, SamplerSettings
-
-    check_fit_options(sampler, chains=chains, tune=tune, draws=draws, guessing=guessing, choices=choices,
-                      top_gaps=top_gaps, robustness=robustness)
-    sampler = sampler or DEFAULT_SAMPLER
+             sampler: str = options.DIAGNOSE.sampler, chains: int = options.DIAGNOSE.chains,
+             tune: int = options.DIAGNOSE.tune, draws: int = options.DIAGNOSE.draws, seed: int = options.DIAGNOSE.seed,
+             guessing: float | None = options.DIAGNOSE.guessing, choices: int | None = options.DIAGNOSE.choices,
+             robustness: bool = options.DIAGNOSE.robustness, top_gaps: int = options.DIAGNOSE.top_gaps,
+             prior: str = options.DIAGNOSE.prior, compare_guessing: bool = options.DIAGNOSE.compare_guessing,
+             on_event: OnEvent | None = None, on_stage: Callable[[str], None] | None = None,
+             on_picture: Callable[[Any], None] | None = None) -> Diagnosis:
+    """Fit the IRT model and diagnose the benchmark (README: IRT and checks; Reading the figures): the same
+    defaults as ``benchfill diagnose``. ``responses``: anything :func:`load_responses` takes. Multiple-choice items
+    (``choices``) get the guessing rate 1/k; ``guessing`` or ``choices`` set one for every item. ``prior``: the
+    difficulties' population, learned from the benchmark (``"spline"``, the default, or ``"normal"``) or the paper's
+    fixed N(0, 1) (``"paper"``, for comparison with its tables), as ``--prior``. ``on_event``, if given, gets a
+    :class:`benchfill.progress.Event` as each stage (fit, exact difficulties, metrics, null, checks, robustness)
+    starts (kind ``stage``, the stage in ``message``) and the diagnosis picture (kind ``picture``, a
+    :class:`benchfill.diagnostics.picture.Picture` of ``top_gaps`` gaps in ``payload``) as soon as the verdicts are
+    known; ``on_stage(text)`` and ``on_picture(picture)`` are its deprecated forerunners. With a guessing rate
+    (``guessing``, ``choices`` or the items' own) and ``compare_guessing`` the 1PL is fitted once more without it
+    (c = 0, one more fast fit) and ``guessing_comparison`` says which of the two the counts favour, by
+    leave-one-item-out elpd, with the verdicts under c = 0. Returns the :class:`Diagnosis`; its ``save(folder)``
+    writes the JSON, the picture and the scale (:func:`diagnosis_files`: where ``benchfill diagnose`` writes). The
+    options are :class:`~benchfill.options.DiagnoseOptions`: a bad one is an :class:`~benchfill.errors.InputError`
+    before anything is read."""
+    opts = options.DiagnoseOptions(sampler=sampler, chains=chains, tune=tune, draws=draws, seed=seed,
+                                   guessing=guessing, choices=choices, robustness=robustness, top_gaps=top_gaps,
+                                   prior=prior, compare_guessing=compare_guessing)
+    on_event = _with_deprecated_callbacks(on_event, on_stage, on_picture)
     item_list = None
     if items is not None:
         from benchfill.data import load_items
 
         item_list = load_items(items) if isinstance(items, (str, Path)) else list(items)
     resp = responses if isinstance(responses, ResponseMatrix) else load_responses(responses, items=item_list)
-    if prior not in POPULATION_KINDS:
-        raise InputError("--prior", f"{prior!r}: choose from {', '.join(POPULATION_KINDS)}")
-    spec = IRTSpec.for_items(resp.item_ids, item_list, guessing=guessing, choices=choices,
-                             population=prior)  # type: ignore[arg-type]
-    settings = SamplerSettings(method=sampler, chains=chains, tune=tune, draws=draws, seed=seed)
-    dg, fit = _diagnose(resp, spec, settings, top_gaps=top_gaps, on_stage=on_stage, on_picture=on_picture,
-                        compare_guessing=compare_guessing)
-    if robustness:
-        if on_stage is not None:
-            on_stage("robustness: leave-one-model-out refits and 1PL vs 2PL BIC")
+    return _diagnosis(resp, opts, item_list, on_event)
+
+
+def _diagnosis(resp: ResponseMatrix, opts: options.DiagnoseOptions, item_list: list[Item] | None,
+               on_event: OnEvent | None) -> Diagnosis:
+    """The diagnosis of :func:`diagnose` (and of each benchmark of :func:`suite`), its options checked."""
+    from benchfill.diagnostics.report import diagnose as _diagnose
+    from benchfill.irt.model import IRTSpec, SamplerSettings
+
+    spec = IRTSpec.for_items(resp.item_ids, item_list, guessing=opts.guessing, choices=opts.choices,
+                             population=opts.prior)  # type: ignore[arg-type]
+    settings = SamplerSettings(method=opts.sampler or DEFAULT_SAMPLER, chains=opts.chains, tune=opts.tune,
+                               draws=opts.draws, seed=opts.seed)
+    on_stage, on_picture = _report_callbacks(on_event)
+    dg, fit = _diagnose(resp, spec, settings, top_gaps=opts.top_gaps, on_stage=on_stage, on_picture=on_picture,
+                        compare_guessing=opts.compare_guessing)
+    if opts.robustness:
+        notify(on_event, "stage", "robustness: leave-one-model-out refits and 1PL vs 2PL BIC")
         from benchfill.irt.robustness import compare_1pl_2pl, leave_one_model_out
 
         dg.robustness = {"leave_one_model_out": leave_one_model_out(resp, fit).model_dump(),
-                         "bic": compare_1pl_2pl(resp, spec.guessing, seed=seed).model_dump()}
+                         "bic": compare_1pl_2pl(resp, spec.guessing, seed=opts.seed).model_dump()}
     dg.attach_scale(fit)  # the difficulty draws go with the fit when this returns
     return dg
 
 
+def _report_callbacks(on_event: OnEvent | None) -> tuple[Callable[[str], None] | None, Callable[[Any], None] | None]:
+    """The diagnosis report's callbacks, ``on_stage(text)`` and ``on_picture(picture)``, giving ``on_event`` their
+    events (None, None without it: the report then makes no picture early)."""
+    if on_event is None:
+        return None, None
+
+    def stage(text: str) -> None:
+        notify(on_event, "stage", text)
+
+    def picture(pic: Any) -> None:
+        notify(on_event, "picture", "the diagnosis picture", pic)
+
+    return stage, picture
+
+
+def _with_deprecated_callbacks(on_event: OnEvent | None, on_stage: Callable[[str], None] | None,
+                               on_picture: Callable[[Any], None] | None) -> OnEvent | None:
+    """``on_event`` that also feeds diagnose's former callbacks, ``on_stage(text)`` and ``on_picture(picture)``,
+    with a DeprecationWarning when either is given."""
+    if on_stage is None and on_picture is None:
+        return on_event
+    warnings.warn("diagnose(on_stage=..., on_picture=...) are deprecated: pass on_event=, which gets a "
+                  "benchfill.progress.Event (kind 'stage': the stage in its message; kind 'picture': the picture in "
+                  "its payload)", DeprecationWarning, stacklevel=3)
+
+    def relay(event: Event) -> None:
+        if on_event is not None:
+            on_event(event)
+        if event.kind == "stage" and on_stage is not None:
+            on_stage(event.message)
+        elif event.kind == "picture" and on_picture is not None:
+            on_picture(event.payload)
+
+    return relay
+
+
 class SuiteRow(BaseModel):
+    """One benchmark of a suite and its diagnosis."""
+
     benchmark: str
     diagnosis: Diagnosis
+
+    def line(self) -> str:
+        """What ``benchfill suite`` prints as the benchmark is done (and its ``benchmark`` event says)."""
+        d = self.diagnosis
+        return (f"{self.benchmark}: {d.n_items} items, plug-in DDM {d.ddm:.3f}, max gap {d.max_gap:.3f} "
+                f"({d.sampler.wall_time_s:.1f} s)")
 
 
 class SuiteEntry(BaseModel):
@@ -251,11 +270,17 @@ class SuiteSummary(BaseModel):
 
 
 class Suite(BaseModel):
-    """One diagnosis per benchmark of a suite (Table 1)."""
+    """One diagnosis per benchmark of a suite (Table 1); printed with rich, the table ``benchfill suite`` shows."""
 
     source: str
     n_models: int
     benchmarks: list[SuiteRow]
+
+    def __rich__(self) -> RenderableType:
+        from benchfill.diagnostics.render import suite_table
+
+        return suite_table([(r.benchmark, r.diagnosis) for r in self.benchmarks],
+                           f"{Path(self.source).name}: {self.n_models} models, {len(self.benchmarks)} benchmarks")
 
     def summary(self) -> SuiteSummary:
         return SuiteSummary(source=self.source, n_models=self.n_models, benchmarks=[
@@ -287,31 +312,34 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "group"
 
 
-def suite(responses: ResponseMatrix | Any, *, by: str = "benchmark", items_table: str | Path | None = None,
-          sampler: str = DEFAULT_SAMPLER, chains: int = 4, tune: int = 1000, draws: int = 1000, seed: int = 0,
-          choices: int | None = None, on_benchmark: Any = None, prior: str = DEFAULT_POPULATION,
-          compare_guessing: bool = True) -> Suite:
+def suite(responses: ResponseMatrix | Any, *, by: str = options.SUITE.by, items_table: str | Path | None = None,
+          sampler: str = options.SUITE.sampler, chains: int = options.SUITE.chains, tune: int = options.SUITE.tune,
+          draws: int = options.SUITE.draws, seed: int = options.SUITE.seed, choices: int | None = options.SUITE.choices,
+          prior: str = options.SUITE.prior, compare_guessing: bool = options.SUITE.compare_guessing,
+          on_event: OnEvent | None = None) -> Suite:
     """A diagnosis per benchmark: items grouped by the column ``by`` of ``items_table``, or by the grouping the
-    responses carry (imported logs carry ``task``). ``on_benchmark(name, diagnosis)`` is called after each. With
-    ``choices`` each benchmark's 1PL is also refitted without guessing, as in :func:`diagnose`, unless
-    ``compare_guessing`` is False (half the fits)."""
+    responses carry (imported logs carry ``task``). ``on_event`` gets a :class:`benchfill.progress.Event` after
+    each (kind ``benchmark``: its line in ``message``, its :class:`SuiteRow` in ``payload``). With ``choices`` each
+    benchmark's 1PL is also refitted without guessing, as in :func:`diagnose`, unless ``compare_guessing`` is False
+    (half the fits). The options are :class:`~benchfill.options.SuiteOptions`, checked before anything is read."""
     from benchfill.data import item_groups
 
-    check_fit_options(sampler, chains=chains, tune=tune, draws=draws, choices=choices)
+    opts = options.SuiteOptions(by=by, sampler=sampler, chains=chains, tune=tune, draws=draws, seed=seed,
+                                choices=choices, prior=prior, compare_guessing=compare_guessing)
     resp = responses if isinstance(responses, ResponseMatrix) else load_responses(responses)
+    each = opts.diagnosis()
     rows = []
-    for name, ids in item_groups(resp, by, items_table).items():
-        dg = diagnose(resp.subset(items=ids), sampler=sampler, chains=chains, tune=tune, draws=draws, seed=seed,
-                      choices=choices, prior=prior, compare_guessing=compare_guessing)
-        rows.append(SuiteRow(benchmark=name, diagnosis=dg))
-        if on_benchmark is not None:
-            on_benchmark(name, dg)
+    for name, ids in item_groups(resp, opts.by, items_table).items():
+        row = SuiteRow(benchmark=name, diagnosis=_diagnosis(resp.subset(items=ids), each, None, None))
+        rows.append(row)
+        notify(on_event, "benchmark", row.line(), row)
     return Suite(source=resp.source, n_models=resp.shape[0], benchmarks=rows)
 
 
 class Placements(BaseModel):
     """New items on a benchmark's scale (abilities fixed): b and its SD in logits, d on the benchmark's axis
-    d = (b - b_min) / (b_max - b_min). ``model_dump_json`` is the ``--json`` of ``benchfill place``."""
+    d = (b - b_min) / (b_max - b_min). ``model_dump_json`` is the ``--json`` of ``benchfill place``; printed with
+    rich, the table it shows."""
 
     scale: str
     responses: str = ""
@@ -324,24 +352,47 @@ class Placements(BaseModel):
     ignored_models: list[str]
     items: list[PlacedItem]
 
+    def __rich__(self) -> RenderableType:
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
 
-def place(scale: Any, responses: ResponseMatrix | Any, *, guessing: float | None = None) -> Placements:
+        sign = "-" if self.b_min >= 0 else "+"
+        # the title as its own line: a table's title wraps to the (narrow) table's width
+        title = Text(f"{len(self.items)} item(s) placed on {Path(self.scale).name} ({self.n_draws} ability draws; "
+                     f"d = (b {sign} {abs(self.b_min):.3f}) / {self.b_max - self.b_min:.3f}; "
+                     f"prior: the scale's population, {self.population})")
+        table = Table()
+        for col in ("item", "b", "SD", "d", "d SD"):
+            table.add_column(col, justify="left" if col == "item" else "right")
+        for rec in self.items:
+            d_txt = f"{rec.d:.3f}" if 0.0 <= rec.d <= 1.0 else f"[yellow]{rec.d:.3f}[/] (outside)"
+            table.add_row(Text(rec.item_id), f"{rec.b:.3f}", f"{rec.b_sd:.3f}", d_txt, f"{rec.d_sd:.3f}")
+        return Group(title, table)
+
+
+def place(scale: Any, responses: ResponseMatrix | Any, *,
+          guessing: float | None = options.PLACE.guessing) -> Placements:
     """Place new items on a saved scale (a ``.scale.npz`` path or a :class:`benchfill.irt.scale.Scale`), as
     ``benchfill place``, under the scale's own difficulty population (the one its benchmark was measured with).
     ``responses``: the new items' counts, keyed by the scale's model names. ``guessing``: the new items' lower
-    asymptote (default: the scale's)."""
+    asymptote (default: the scale's), checked before the scale is read (:class:`~benchfill.options.PlaceOptions`)."""
     from benchfill.irt.placement import place_responses
     from benchfill.irt.scale import Scale
 
-    check_fit_options(guessing=guessing)
+    opts = options.PlaceOptions(guessing=guessing)
     sc = scale if isinstance(scale, Scale) else Scale.load(scale)
     where = sc.source if isinstance(scale, Scale) else str(scale)
     resp = responses if isinstance(responses, ResponseMatrix) else load_responses(responses)
-    placed = place_responses(sc, resp, guessing)
+    placed = place_responses(sc, resp, opts.guessing)
     return Placements(scale=where, population=sc.population.label(),
-                      responses=str(responses) if isinstance(responses, (str, Path)) else resp.source, models=list(sc.models), b_min=sc.b_min, b_max=sc.b_max, n_draws=sc.n_draws,
-                      guessing=sc.guessing if guessing is None else guessing,
+                      responses=str(responses) if isinstance(responses, (str, Path)) else resp.source,
+                      models=list(sc.models), b_min=sc.b_min, b_max=sc.b_max, n_draws=sc.n_draws,
+                      guessing=sc.guessing if opts.guessing is None else opts.guessing,
                       ignored_models=placed.ignored_models, items=placed.placed_items())
+
+
+# ---- where a diagnosis is written ---------------------------------------------------------------------------
 
 
 def default_diagnosis_path(responses: str | Path, *, models: int | None = None,
@@ -358,6 +409,62 @@ def default_diagnosis_path(responses: str | Path, *, models: int | None = None,
     elif models is not None:
         name += f"-m{models}"
     return Path("runs") / name / "diagnosis.json"
+
+
+class DiagnosisFiles(BaseModel):
+    """Where a diagnosis goes (:func:`diagnosis_files`): the JSON (with ``json_to_stdout`` to standard output
+    instead, which the caller writes), the picture and the scale, and the gaps the picture shades."""
+
+    json_path: Path
+    json_to_stdout: bool = False
+    png: Path
+    scale: Path
+    n_gaps: int
+
+    def save(self, dg: Diagnosis, *, painter: Painter | None = None) -> bool:
+        """Write the picture, the scale and (unless it goes to standard output) the JSON, creating their folders;
+        returns whether an earlier JSON was replaced. A ``painter`` started earlier draws the picture
+        (:meth:`Diagnosis.save`). A folder that cannot be made is an InputError naming it."""
+        try:
+            for folder in {self.png.parent, self.json_path.parent}:
+                folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(str(exc.filename or self.json_path.parent),
+                             f"cannot create the folder ({exc.strerror})") from None
+        replaced = self.json_path.exists() and not self.json_to_stdout
+        dg.save(self.json_path, self.png, n_gaps=self.n_gaps, write_json=not self.json_to_stdout, painter=painter)
+        if self.json_to_stdout:
+            dg.files["json"] = "-"
+        return replaced
+
+
+def diagnosis_files(responses: str | Path, *, models: int | None = None, models_file: str | Path | None = None,
+                    json_out: str | Path | None = options.DIAGNOSIS_OUTPUT.json_out,
+                    png: str | Path | None = options.DIAGNOSIS_OUTPUT.png, force: bool = options.DIAGNOSIS_OUTPUT.force,
+                    n_gaps: int = options.DIAGNOSIS_OUTPUT.n_gaps) -> DiagnosisFiles:
+    """Where ``benchfill diagnose RESPONSES`` writes, by its rules (:class:`~benchfill.options.DiagnosisOutput`),
+    decided before the fit: ``json_out`` None writes into the default folder (:func:`default_diagnosis_path`: the
+    response file's name, plus ``-m<models>`` or ``-<models_file's name>``) and refuses, with an
+    :class:`~benchfill.errors.InputError`, to replace a diagnosis there unless ``force``; ``"-"`` sends the JSON to
+    standard output (the caller writes it) and the picture and scale to the default folder; a path is the JSON's
+    (replaced if there), a folder (existing, or a path ending in ``/``) gets ``diagnosis.json`` inside. ``png``:
+    the picture's path (default: beside the JSON); ``n_gaps``: gaps the picture shades (and the CLI's table shows).
+    ``DiagnosisFiles.save(dg)`` then writes them."""
+    output = options.DiagnosisOutput(json_out=json_out, png=_path(png), force=force, n_gaps=n_gaps)
+    default = default_diagnosis_path(responses, models=models, models_file=models_file)
+    to_stdout = output.json_out is not None and str(output.json_out) == "-"
+    if output.json_out is None or to_stdout:
+        json_path = default
+    elif Path(output.json_out).is_dir() or str(output.json_out).endswith(("/", "\\")):
+        json_path = Path(output.json_out) / "diagnosis.json"  # a folder: the JSON, picture and scale go inside it
+    else:
+        json_path = Path(output.json_out)
+    if output.json_out is None and default.exists() and not output.force:
+        raise InputError(str(default), "exists (an earlier diagnose of this file): pass --force to overwrite it, "
+                                       "or --json PATH to write elsewhere")
+    return DiagnosisFiles(json_path=json_path, json_to_stdout=to_stdout,
+                          png=output.png or json_path.with_suffix(".png"), scale=json_path.with_suffix(".scale.npz"),
+                          n_gaps=output.n_gaps)
 
 
 def load_diagnosis(path: str | Path) -> Diagnosis:
@@ -377,45 +484,69 @@ def load_diagnosis(path: str | Path) -> Diagnosis:
 
 
 def calibration_target(spec: str) -> Any:
-    """'uniform' -> None (U[0, 1]); 'beta:A,B' -> a frozen scipy Beta(A, B)."""
+    """'uniform' -> None (U[0, 1]); 'beta:A,B' -> a frozen scipy Beta(A, B) (the rules:
+    :func:`benchfill.options.parse_target`)."""
+    ab = options.parse_target(spec)
+    if ab is None:
+        return None
     from scipy import stats
 
-    from benchfill.errors import InputError
-
-    if spec == "uniform":
-        return None
-    if spec.startswith("beta:"):
-        try:
-            a, b = (float(x) for x in spec[5:].split(","))
-        except ValueError:
-            raise InputError("--target", f"{spec!r}: expected beta:A,B with positive numbers") from None
-        if a <= 0 or b <= 0:
-            raise InputError("--target", f"{spec!r}: Beta parameters must be positive")
-        return stats.beta(a, b)
-    raise InputError("--target", f"{spec!r}: expected 'uniform' or 'beta:A,B'{did_you_mean(spec, ['uniform'])}")
+    return stats.beta(*ab)
 
 
-def calibrate(diagnosis: Diagnosis | str | Path, k: int, *, target: str = "uniform") -> CalibrationResult:
+class Calibration(CalibrationResult):
+    """A :class:`~benchfill.diagnostics.calibrate.CalibrationResult` with what was calibrated: the diagnosis'
+    source and the target as written (not serialised: the JSON is the result's). Printed with rich, what
+    ``benchfill calibrate`` shows."""
+
+    source: str = Field("", exclude=True)
+    target: str = Field("uniform", exclude=True)
+
+    def __rich__(self) -> RenderableType:
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        # the title as its own line: a table's title wraps to the (narrow) table's width
+        title = Text(f"calibration of {self.source}: {self.n_items} -> {self.k} items, target {self.target}")
+        table = Table()
+        for col in ("", "before", "after"):
+            table.add_column(col, justify="right")
+        table.add_row("DDM (own min-max axis)", f"{self.ddm_before:.4f}", f"{self.ddm_after:.4f}")
+        table.add_row("W1 to target", f"{self.w1_target_before:.4f}", f"{self.w1_target_after_renormalised:.4f}")
+        return Group(title, table)
+
+
+def calibrate(diagnosis: Diagnosis | str | Path, k: int, *, target: str = options.CALIBRATE.target) -> Calibration:
     """Prune a benchmark toward a target difficulty distribution by greedy quantile matching (paper App. D), as
     ``benchfill calibrate``: ``diagnosis`` is a :class:`Diagnosis` or its JSON path, ``k`` the items to keep,
-    ``target`` ``"uniform"`` or ``"beta:A,B"`` on [0, 1]. Returns the :class:`CalibrationResult` (kept ids in
-    ``item_ids``)."""
+    ``target`` ``"uniform"`` or ``"beta:A,B"`` on [0, 1] (:class:`~benchfill.options.CalibrateOptions`, checked
+    first). Returns the :class:`Calibration` (kept ids in ``item_ids``)."""
     from benchfill.diagnostics.calibrate import calibrate as _calibrate
 
+    opts = options.CalibrateOptions(k=k, target=target)
     dg = diagnosis if isinstance(diagnosis, Diagnosis) else load_diagnosis(diagnosis)
-    return _calibrate([it.b for it in dg.items], k, target=calibration_target(target),
-                      item_ids=[it.item_id for it in dg.items])
+    result = _calibrate([it.b for it in dg.items], opts.k, target=calibration_target(opts.target),
+                        item_ids=[it.item_id for it in dg.items])
+    return Calibration(**dict(result), source=dg.source, target=opts.target)
 
 
-def detect(responses_a: str | Path, responses_b: str | Path | None = None, *, model_a: str | None = None,
-           model_b: str | None = None, items: str | Path | None = None, permutations: int = 100_000,
-           seed: int | None = 0, alpha: float = 0.05) -> DetectionResult:
+def detect(responses_a: str | Path, responses_b: str | Path | None = None, *,
+           model_a: str | None = options.DETECT.model_a, model_b: str | None = options.DETECT.model_b,
+           items: str | Path | None = options.DETECT.items,
+           permutations: int = options.DETECT.permutations, seed: int | None = options.DETECT.seed,
+           alpha: float = options.DETECT.alpha) -> DetectionResult:
     """Local-progress test (paper Table 12), as ``benchfill detect``: does model B beat model A? One-sided
-    stratified randomization test over ``permutations`` draws; ``items``: a file of item ids to restrict to."""
+    stratified randomization test over ``permutations`` draws; ``items``: a file of item ids to restrict to (the
+    options: :class:`~benchfill.options.DetectOptions`). Returns the :class:`DetectionResult`; printed with rich,
+    the table the command shows."""
     from benchfill.diagnostics.detect import detect_files
 
-    return detect_files(responses_a, responses_b, model_a=model_a, model_b=model_b, items_path=items,
-                        n_permutations=permutations, seed=seed, alpha=alpha)
+    opts = options.DetectOptions(model_a=model_a, model_b=model_b, items=_path(items), permutations=permutations,
+                                 seed=seed, alpha=alpha)
+    return detect_files(responses_a, responses_b, model_a=opts.model_a, model_b=opts.model_b,
+                        items_path=opts.items, n_permutations=opts.permutations, seed=opts.seed,
+                        alpha=opts.alpha)
 
 
 def _open_bank(run_dir: str | Path):
@@ -485,10 +616,16 @@ def export(run_dir: str | Path, out: str | Path, *, hf: str | Path | None = None
 
 
 class ReviewQueue(BaseModel):
-    """The review queue of a fill run: BenchFill's chosen items in gap order, with the acceptance rule."""
+    """The review queue of a fill run: BenchFill's chosen items in gap order, with the acceptance rule; printed with
+    rich, the table ``benchfill review`` shows."""
 
     rule: str
     queue: list[ReviewEntry]
+
+    def __rich__(self) -> RenderableType:
+        from benchfill.graphs.render import review_table
+
+        return review_table(self.queue)
 
 
 # ReviewItem (benchfill.memory.views): one queued item in full (question, answer, verdict, panel counts, placement,
@@ -610,7 +747,8 @@ class OracleFill(BaseModel):
 
 class FillSummary(BaseModel):
     """What a fill run did (``summary.json``; ``benchfill fill --json``): per method its gaps, the Top-3 gap-sum
-    reduction, and the oracle's. ``label`` says SIMULATED when the models were simulated."""
+    reduction, and the oracle's. ``label`` says SIMULATED when the models were simulated. Printed with rich, the
+    tables ``benchfill fill`` shows."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -621,70 +759,95 @@ class FillSummary(BaseModel):
     methods: dict[str, MethodFill]
     oracle: OracleFill
 
+    def __rich__(self) -> RenderableType:
+        from benchfill.graphs.render import fill_summary_table
+
+        return fill_summary_table(self.model_dump())
+
 
 def fill_run(items: str | Path, responses: str | Path, config: str | Path, out: str | Path, *,
-             models: int | None = 12, models_file: str | Path | None = None, gaps: int = 3, sampler: str = "",
-             seed: int = 0, compare: bool = False, resume: bool = False, allow_floor_gaps: bool = False,
-             on_event: Any = None):
+             models: int | None = options.FILL.models, models_file: str | Path | None = options.FILL.models_file,
+             gaps: int = options.FILL.gaps, sampler: str = options.FILL.sampler, seed: int = options.FILL.seed,
+             compare: bool = options.FILL.compare, resume: bool = options.FILL.resume,
+             allow_floor_gaps: bool = options.FILL.allow_floor_gaps, on_event: OnEvent | None = None):
     """The fill run of :func:`fill`, set up (benchmark diagnosed, models configured) but not started: for a caller
     that shows ``run.model_selection`` or ``run.simulated`` before ``run.run()`` (the CLI); close it after."""
     require_extra("llm", "benchfill fill")
-    check_fit_options(sampler)
-    from benchfill.graphs.run import FillOptions, FillRun
+    opts = options.FillOptions(models=models, models_file=_path(models_file), gaps=gaps, sampler=sampler, seed=seed,
+                               compare=compare, resume=resume, allow_floor_gaps=allow_floor_gaps)
+    from benchfill.graphs import run
 
-    opts = FillOptions(items=Path(items), responses=Path(responses), config=Path(config), out=Path(out),
-                       models=models, models_file=None if models_file is None else Path(models_file), n_gaps=gaps,
-                       sampler=sampler, seed=seed, compare=compare, resume=resume, allow_floor_gaps=allow_floor_gaps)
-    return FillRun(opts, on_event=on_event)
+    spec = run.FillInputs(items=Path(items), responses=Path(responses), config=Path(config), out=Path(out),
+                          options=opts)
+    nodes = None if on_event is None else lambda report: notify(on_event, "node", str(report.get("node", "")), report)
+    return run.FillRun(spec, on_event=nodes)
 
 
 async def fill_async(items: str | Path, responses: str | Path, config: str | Path, out: str | Path, *,
-                     models: int | None = 12, models_file: str | Path | None = None, gaps: int = 3,
-                     sampler: str = "", seed: int = 0, compare: bool = False, resume: bool = False,
-                     allow_floor_gaps: bool = False, on_event: Any = None) -> FillSummary:
+                     models: int | None = options.FILL.models,
+                     models_file: str | Path | None = options.FILL.models_file, gaps: int = options.FILL.gaps,
+                     sampler: str = options.FILL.sampler, seed: int = options.FILL.seed,
+                     compare: bool = options.FILL.compare, resume: bool = options.FILL.resume,
+                     allow_floor_gaps: bool = options.FILL.allow_floor_gaps,
+                     on_event: OnEvent | None = None) -> FillSummary:
     """The BenchFill search (``benchfill fill``), awaitable: runs in a worker thread so the caller's loop stays
     free. ``models``: models kept for the scale (spread evenly by accuracy); ``gaps``: gaps to fill; ``compare``:
-    also the budget-matched baseline; ``resume``: continue the run in ``out``; ``on_event(dict)``: progress.
-    Returns the :class:`FillSummary` (also written as ``out/summary.json``, with ``out/report.html``)."""
+    also the budget-matched baseline; ``resume``: continue the run in ``out`` (the options:
+    :class:`~benchfill.options.FillOptions`). ``on_event`` gets a :class:`benchfill.progress.Event` as each node of
+    the search has run (kind ``node``: its name in ``message``, its report, a dict of method, gap, round, calls,
+    cost, ..., in ``payload``). Returns the :class:`FillSummary` (also written as ``out/summary.json``, with
+    ``out/report.html``)."""
     return await asyncio.to_thread(_fill, items, responses, config, out, models=models, models_file=models_file,
                                    gaps=gaps, sampler=sampler, seed=seed, compare=compare, resume=resume,
                                    allow_floor_gaps=allow_floor_gaps, on_event=on_event)
 
 
 def fill(items: str | Path, responses: str | Path, config: str | Path, out: str | Path, *,
-         models: int | None = 12, models_file: str | Path | None = None, gaps: int = 3, sampler: str = "",
-         seed: int = 0, compare: bool = False, resume: bool = False, allow_floor_gaps: bool = False,
-         on_event: Any = None) -> FillSummary:
+         models: int | None = options.FILL.models, models_file: str | Path | None = options.FILL.models_file,
+         gaps: int = options.FILL.gaps, sampler: str = options.FILL.sampler, seed: int = options.FILL.seed,
+         compare: bool = options.FILL.compare, resume: bool = options.FILL.resume,
+         allow_floor_gaps: bool = options.FILL.allow_floor_gaps, on_event: OnEvent | None = None) -> FillSummary:
     """:func:`fill_async` from synchronous code (also inside a running event loop, e.g. Jupyter)."""
     return run_sync(fill_async(items, responses, config, out, models=models, models_file=models_file, gaps=gaps,
                                sampler=sampler, seed=seed, compare=compare, resume=resume,
                                allow_floor_gaps=allow_floor_gaps, on_event=on_event))
 
 
-def _fill(items, responses, config, out, **options: Any) -> FillSummary:
-    run = fill_run(items, responses, config, out, **options)
+def _fill(items, responses, config, out, **keywords: Any) -> FillSummary:
+    run = fill_run(items, responses, config, out, **keywords)
     try:
         return FillSummary.model_validate(run.run())
     finally:
         run.close()
 
 
-async def evaluate_async(items: str | Path, config: str | Path, out: str | Path, *, limit: int | None = None,
-                         rollouts: int | None = None, progress: Any = None) -> EvaluationResult:
+async def evaluate_async(items: str | Path, config: str | Path, out: str | Path, *,
+                         limit: int | None = options.EVALUATE.limit, rollouts: int | None = options.EVALUATE.rollouts,
+                         on_event: OnEvent | None = None) -> EvaluationResult:
     """Every panel model answers every item (``benchfill evaluate``), awaitable: ``limit`` only the first N items,
-    ``rollouts`` overrides every panel model's; ``progress`` a :class:`benchfill.models.progress` state (or None).
-    Writes ``out/responses.csv`` (what :func:`diagnose` reads), ``calls.sqlite`` (the cache: a rerun pays nothing
-    twice) and ``summary.json``. Returns the :class:`EvaluationResult`."""
+    ``rollouts`` overrides every panel model's (:class:`~benchfill.options.EvaluateOptions`). ``on_event`` gets a
+    :class:`benchfill.progress.Event` after each graded answer (kind ``answer``: ``message`` "N of M answers",
+    ``payload`` the counters, a :class:`benchfill.models.evaluate.Progress`). Writes ``out/responses.csv`` (what
+    :func:`diagnose` reads), ``calls.sqlite`` (the cache: a rerun pays nothing twice) and ``summary.json``. Returns
+    the :class:`EvaluationResult`."""
     require_extra("llm", "benchfill evaluate")
+    opts = options.EvaluateOptions(limit=limit, rollouts=rollouts)
+    from benchfill.models.evaluate import Progress
     from benchfill.models.evaluate import evaluate_async as _evaluate_async
 
-    return await _evaluate_async(items, config, out, limit=limit, rollouts=rollouts, progress=progress)
+    def answered(counters: Progress, _result: Any) -> None:
+        notify(on_event, "answer", f"{counters.answers_done} of {counters.answers_total} answers",
+               replace(counters, on_update=None))
+
+    progress = None if on_event is None else Progress(on_update=answered)
+    return await _evaluate_async(items, config, out, limit=opts.limit, rollouts=opts.rollouts,
+                                 progress=progress)
 
 
-def evaluate(items: str | Path, config: str | Path, out: str | Path, *, limit: int | None = None,
-             rollouts: int | None = None, progress: Any = None) -> EvaluationResult:
+def evaluate(items: str | Path, config: str | Path, out: str | Path, *, limit: int | None = options.EVALUATE.limit,
+             rollouts: int | None = options.EVALUATE.rollouts, on_event: OnEvent | None = None) -> EvaluationResult:
     """:func:`evaluate_async` from synchronous code (also inside a running event loop, e.g. Jupyter)."""
-    return run_sync(evaluate_async(items, config, out, limit=limit, rollouts=rollouts, progress=progress))
+    return run_sync(evaluate_async(items, config, out, limit=limit, rollouts=rollouts, on_event=on_event))
 
 
 # GapTrace (benchfill.memory.views): one gap's search (``benchfill trace``): rounds, parents, children with
@@ -747,26 +910,26 @@ def designers_card(items: str | Path, out: str | Path, *, config: str | Path | N
 
 
 async def designers_run_async(card: str | Path, quotas: str | Path, config: str | Path, out: str | Path, *,
-                              seed_responses: str | Path | None = None, seed_items: str | Path | None = None,
-                              seed_limit: int | None = None, irt: str | None = None, log: Any = None):
+                              seed_responses: str | Path | None = options.DESIGNERS_RUN.seed_responses,
+                              seed_items: str | Path | None = options.DESIGNERS_RUN.seed_items,
+                              seed_limit: int | None = options.DESIGNERS_RUN.seed_limit,
+                              irt: str | None = options.DESIGNERS_RUN.irt, on_event: OnEvent | None = None):
     """The designer evaluation (``benchfill designers run``), awaitable: every designer writes a quota-controlled
     suite, the panel answers, checks and the judge build the core set, the report is computed (resumable: rerun
-    with the same ``out``). Returns a :class:`~benchfill.designers.results.DesignersRun` (``.report`` is
-    ``report.json``)."""
+    with the same ``out``; the options: :class:`~benchfill.options.DesignersRunOptions`). ``on_event`` gets a
+    :class:`benchfill.progress.Event` as each stage runs (kind ``stage``, what it does in ``message``). Returns a
+    :class:`~benchfill.designers.results.DesignersRun` (``.report`` is ``report.json``)."""
     from benchfill.designers.pipeline import run_designers_async
-    from benchfill.errors import InputError
 
-    if irt is not None and irt not in ("map", "fast", "pymc", "nutpie"):
-        raise InputError("--irt", f"{irt!r}: choose map, fast, pymc or nutpie")
-    if seed_limit is not None and seed_limit < 1:
-        raise InputError("--seed-limit", f"{seed_limit}: must be at least 1")
-    return await run_designers_async(card, quotas, config, out, seed_responses=seed_responses, seed_items=seed_items,
-                                     seed_limit=seed_limit, irt=irt, log=log)
+    opts = options.DesignersRunOptions(seed_responses=_path(seed_responses), seed_items=_path(seed_items),
+                                       seed_limit=seed_limit, irt=irt)
+    stages = None if on_event is None else lambda text: notify(on_event, "stage", text)
+    return await run_designers_async(card, quotas, config, out, **opts.keywords(), log=stages)
 
 
-def designers_run(card: str | Path, quotas: str | Path, config: str | Path, out: str | Path, **options: Any):
+def designers_run(card: str | Path, quotas: str | Path, config: str | Path, out: str | Path, **keywords: Any):
     """:func:`designers_run_async` from synchronous code (also inside a running event loop, e.g. Jupyter)."""
-    return run_sync(designers_run_async(card, quotas, config, out, **options))
+    return run_sync(designers_run_async(card, quotas, config, out, **keywords))
 
 
 def designers_rewriters(runs: Sequence[str | Path], *, method: str = "benchfill", tolerance: float | None = None):

@@ -8,10 +8,11 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from benchfill import options
 from benchfill.cli_support import (
     JsonFlagCommand,
     StatusLine,
@@ -19,13 +20,16 @@ from benchfill.cli_support import (
     err_console,
     friendly_errors,
     install_sigint_handler,
-    is_stdout,
     lit,
     quiet_worker_start,
     result_console,
     write_json_result,
 )
 from benchfill.errors import InputError
+from benchfill.progress import Event, OnEvent
+
+if TYPE_CHECKING:
+    from benchfill.diagnostics.picture import Painter
 
 # help as wide as the terminal up to 120 columns (click's default of 80 cut each command's summary at ~60)
 HELP_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 120}
@@ -63,21 +67,22 @@ SEED_HELP = "random seed: the same seed and inputs give the same result"
 MODELS_FILE_HELP = "keep exactly these models (one name per line)"
 SAMPLER_HELP = "IRT inference: fast (exact: quadrature + independence MH on the abilities; default), pymc (reference NUTS), nutpie, numpyro, map (quick preview)"
 
+# the IRT fit's flags, declared once for diagnose and suite; their defaults are the fit options' (benchfill.options),
+# as are the API's keywords'
+SAMPLER = typer.Option(options.FIT.sampler, help=SAMPLER_HELP)
+CHAINS = typer.Option(options.FIT.chains, help=CHAINS_HELP)
+TUNE = typer.Option(options.FIT.tune, help=TUNE_HELP)
+DRAWS = typer.Option(options.FIT.draws, help=DRAWS_HELP)
+SEED = typer.Option(options.FIT.seed, help=SEED_HELP)
+CHOICES = typer.Option(options.FIT.choices, help="every item is k-option multiple choice: c = 1/k")
+PRIOR = typer.Option(options.FIT.prior, "--prior", help=PRIOR_HELP)
+MODELS_FILE = typer.Option(None, help=MODELS_FILE_HELP)
+
 
 def _panel(responses_path: Path, items_path: Path | None, models: int | None, models_file: Path | None):
     from benchfill.importers import load_panel
 
     return load_panel(responses_path, items_path, models, models_file)
-
-
-def _check_fit_options(sampler: str, chains: int = 1, tune: int = 0, draws: int = 1, guessing: float | None = None,
-                       choices: int | None = None, top_gaps: int | None = None, robustness: bool = False) -> None:
-    """The IRT options, checked before any data is read: one line and exit 2 instead of a traceback
-    (:func:`benchfill.api.check_fit_options`, the library's own check)."""
-    from benchfill.api import check_fit_options
-
-    check_fit_options(sampler, chains=chains, tune=tune, draws=draws, guessing=guessing, choices=choices,
-                      top_gaps=top_gaps, robustness=robustness)
 
 
 def _selection_note(resp, out=None) -> None:
@@ -91,22 +96,17 @@ def _selection_note(resp, out=None) -> None:
             markup=False, highlight=False, soft_wrap=True)
 
 
-def _run_diagnosis(responses, items, guessing, choices, sampler: str, chains: int, tune: int, draws: int, seed: int,
-                   robustness: bool, status_console=None, top_gaps: int | None = None, on_picture=None,
-                   prior: str = "spline"):
-    """:func:`benchfill.api.diagnose` behind a status line; returns the diagnosis (its fit attached)."""
-    from benchfill import api
+def _diagnosis_progress(status: StatusLine, painter: Painter, n_gaps: int) -> OnEvent:
+    """The diagnosis' events on the command line: each stage on the status line, the picture (its first ``n_gaps``
+    gaps shaded) to the painter."""
 
-    sc = status_console or console
-    what = " and leave-one-model-out refits" if robustness else ""
-    if (sampler or api.DEFAULT_SAMPLER) == "fast":
-        _quiet_workers_if_served()
-    with StatusLine(sc, f"fitting IRT on {responses.shape[0]} models x {responses.shape[1]} items with "
-                        f"{sampler or api.DEFAULT_SAMPLER}{what}") as status:
-        return api.diagnose(responses, items=items, sampler=sampler or api.DEFAULT_SAMPLER, chains=chains,
-                            tune=tune, draws=draws, seed=seed, guessing=guessing, choices=choices,
-                            robustness=robustness, top_gaps=max(top_gaps or 0, api.DIAGNOSIS_GAPS),
-                            on_stage=status.stage, on_picture=on_picture, prior=prior)
+    def on_event(event: Event) -> None:
+        if event.kind == "stage":
+            status.stage(event.message)
+        elif event.kind == "picture":
+            painter.draw(replace(event.payload, gaps=event.payload.gaps[:n_gaps]))
+
+    return on_event
 
 
 def _quiet_workers_if_served() -> None:
@@ -124,20 +124,20 @@ def diagnose(
     responses: Path = typer.Argument(..., help="response file: long CSV/JSONL (model,item_id,n_correct,n_trials) or wide 0/1"),
     items: Optional[Path] = typer.Option(None, help="items JSONL: checks item ids; multiple choice gets c = 1/k"),
     models: Optional[int] = typer.Option(None, help="keep this many models spread evenly by accuracy (paper: 12; default: all; fill's default is 12, same rule)"),
-    models_file: Optional[Path] = typer.Option(None, help=MODELS_FILE_HELP),
-    sampler: str = typer.Option("fast", help=SAMPLER_HELP),
-    chains: int = typer.Option(4, help=CHAINS_HELP),
-    tune: int = typer.Option(1000, help=TUNE_HELP),
-    draws: int = typer.Option(1000, help=DRAWS_HELP),
-    seed: int = typer.Option(0, help=SEED_HELP),
-    guessing: Optional[float] = typer.Option(None, help="fixed guessing rate c for every item"),
-    choices: Optional[int] = typer.Option(None, help="every item is k-option multiple choice: c = 1/k"),
-    prior: str = typer.Option("spline", "--prior", help=PRIOR_HELP),
-    robustness: bool = typer.Option(False, "--robustness", help="leave-one-model-out refits and 1PL vs 2PL BIC"),
-    json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="where to write the JSON (default runs/<name>/diagnosis.json, <name> = the file's name, plus -m<N> with --models N; - = stdout, the picture and scale then go to runs/<name>/)"),
-    png: Optional[Path] = typer.Option(None, help="picture path (default: next to the JSON)"),
-    top_gaps: int = typer.Option(5, help="gaps shown in the table and shaded in the picture"),
-    force: bool = typer.Option(False, "--force", help="overwrite an earlier diagnosis in the default folder runs/<name>/"),
+    models_file: Optional[Path] = MODELS_FILE,
+    sampler: str = SAMPLER,
+    chains: int = CHAINS,
+    tune: int = TUNE,
+    draws: int = DRAWS,
+    seed: int = SEED,
+    guessing: Optional[float] = typer.Option(options.DIAGNOSE.guessing, help="fixed guessing rate c for every item"),
+    choices: Optional[int] = CHOICES,
+    prior: str = PRIOR,
+    robustness: bool = typer.Option(options.DIAGNOSE.robustness, "--robustness", help="leave-one-model-out refits and 1PL vs 2PL BIC"),
+    json_out: Optional[str] = typer.Option(options.DIAGNOSIS_OUTPUT.json_out, "--json", metavar="PATH|-", help="where to write the JSON (default runs/<name>/diagnosis.json, <name> = the file's name, plus -m<N> with --models N; - = stdout, the picture and scale then go to runs/<name>/)"),
+    png: Optional[Path] = typer.Option(options.DIAGNOSIS_OUTPUT.png, help="picture path (default: next to the JSON)"),
+    top_gaps: int = typer.Option(options.DIAGNOSIS_OUTPUT.n_gaps, help="gaps shown in the table and shaded in the picture"),
+    force: bool = typer.Option(options.DIAGNOSIS_OUTPUT.force, "--force", help="overwrite an earlier diagnosis in the default folder runs/<name>/"),
 ) -> None:
     """Estimate item difficulty with IRT and diagnose the benchmark: DDM, gaps, flags, checks, picture, JSON."""
     from benchfill.diagnostics.picture import Painter
@@ -148,46 +148,32 @@ def diagnose(
         from benchfill import api
         from benchfill.diagnostics.render import diagnosis_tables
 
-        _check_fit_options(sampler, chains, tune, draws, guessing, choices, top_gaps, robustness)
+        # the diagnosis records at least its own number of gaps; the table and the picture show --top-gaps of them
+        opts = options.DiagnoseOptions(sampler=sampler, chains=chains, tune=tune, draws=draws, seed=seed,
+                                       guessing=guessing, choices=choices, robustness=robustness, prior=prior,
+                                       top_gaps=max(top_gaps, options.DIAGNOSIS_GAPS))
+        files = api.diagnosis_files(responses, models=models, models_file=models_file, json_out=json_out, png=png,
+                                    force=force, n_gaps=top_gaps)
         out = result_console(json_out)
-        default_json = api.default_diagnosis_path(responses, models=models, models_file=models_file)
-        files_json = default_json if json_out is None or is_stdout(json_out) else Path(json_out)
-        if json_out is not None and not is_stdout(json_out) and (files_json.is_dir() or json_out.endswith(("/", "\\"))):
-            files_json = files_json / "diagnosis.json"  # a folder: the JSON, picture and scale go inside it
-        if json_out is None and default_json.exists() and not force:
-            raise InputError(str(default_json), "exists (an earlier diagnose of this file): pass --force to overwrite "
-                                                "it, or --json PATH to write elsewhere")
-        png = png or files_json.with_suffix(".png")
         clock = time.perf_counter()
         resp, its = _panel(responses, items, models, models_file)
         load_s = time.perf_counter() - clock
         _selection_note(resp)
-        dg = _run_diagnosis(resp, its, guessing, choices, sampler, chains, tune, draws, seed, robustness,
-                            status_console=err_console, top_gaps=top_gaps,
-                            on_picture=lambda pic: painter.draw(replace(pic, gaps=pic.gaps[:top_gaps])),
-                            prior=prior)
+        if (opts.sampler or options.DEFAULT_SAMPLER) == "fast":
+            _quiet_workers_if_served()
+        what = " and leave-one-model-out refits" if opts.robustness else ""
+        with StatusLine(err_console, f"fitting IRT on {resp.shape[0]} models x {resp.shape[1]} items with "
+                                     f"{opts.sampler or options.DEFAULT_SAMPLER}{what}") as status:
+            dg = api.diagnose(resp, items=its, **opts.keywords(),
+                              on_event=_diagnosis_progress(status, painter, files.n_gaps))
         dg.timings = {"load": round(load_s, 3), **dg.timings}
-        overwrote = _save_diagnosis(dg, files_json, png, json_out, top_gaps, painter)
-    out.print(diagnosis_tables(dg, n_gaps=top_gaps))
-    scale_path = files_json.with_suffix(".scale.npz")
-    what = f"{png}, {scale_path}" if is_stdout(json_out) else f"{files_json}, {png}, {scale_path}"
-    out.print(f"wrote {what}" + (" (overwrote the earlier diagnosis)" if overwrote else ""),
+        replaced = files.save(dg, painter=painter)
+        if files.json_to_stdout:
+            write_json_result("-", dg)
+    out.print(diagnosis_tables(dg, n_gaps=files.n_gaps))
+    what = f"{files.png}, {files.scale}" if files.json_to_stdout else f"{files.json_path}, {files.png}, {files.scale}"
+    out.print(f"wrote {what}" + (" (overwrote the earlier diagnosis)" if replaced else ""),
               markup=False, highlight=False, soft_wrap=True)
-
-
-def _save_diagnosis(dg, files_json: Path, png: Path, json_out: Optional[str], top_gaps: int, painter) -> bool:
-    """Write the JSON (or send it to stdout), the picture and the scale; -> whether an earlier JSON was replaced."""
-    try:
-        for folder in {png.parent, files_json.parent}:
-            folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(str(exc.filename or files_json.parent), f"cannot create the folder ({exc.strerror})") from None
-    overwrote = files_json.exists() and not is_stdout(json_out)
-    dg.save(files_json, png, n_gaps=top_gaps, write_json=not is_stdout(json_out), painter=painter)
-    if is_stdout(json_out):  # the JSON goes to stdout; the picture and the scale stay in the folder
-        dg.files["json"] = "-"
-        write_json_result("-", dg)
-    return overwrote
 
 
 @app.command()
@@ -196,40 +182,37 @@ def suite(
     responses: Path = typer.Argument(..., help="response file covering every benchmark of the suite"),
     items_table: Optional[Path] = typer.Option(None, help="CSV mapping item_id to its benchmark (or any grouping column); "
                                                "imported eval logs carry their task: --by task"),
-    by: str = typer.Option("benchmark", help="column of the items table that names the benchmark"),
+    by: str = typer.Option(options.SUITE.by, help="column of the items table that names the benchmark"),
     models: Optional[int] = typer.Option(None, help="keep this many models spread evenly by accuracy"),
-    models_file: Optional[Path] = typer.Option(None, help=MODELS_FILE_HELP),
-    sampler: str = typer.Option("fast", help=SAMPLER_HELP),
-    chains: int = typer.Option(4, help=CHAINS_HELP),
-    tune: int = typer.Option(1000, help=TUNE_HELP),
-    draws: int = typer.Option(1000, help=DRAWS_HELP),
-    seed: int = typer.Option(0, help=SEED_HELP),
-    choices: Optional[int] = typer.Option(None, help="every item is k-option multiple choice: c = 1/k"),
-    prior: str = typer.Option("spline", "--prior", help=PRIOR_HELP),
+    models_file: Optional[Path] = MODELS_FILE,
+    sampler: str = SAMPLER,
+    chains: int = CHAINS,
+    tune: int = TUNE,
+    draws: int = DRAWS,
+    seed: int = SEED,
+    choices: Optional[int] = CHOICES,
+    prior: str = PRIOR,
     out: Path = typer.Option(Path("runs/suite"), help="folder for one diagnosis per benchmark and summary.json"),
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the summary as JSON (- = stdout)"),
 ) -> None:
     """Table-1-style summary of a suite: one IRT fit and diagnosis per benchmark."""
     from benchfill import api
-    from benchfill.diagnostics.render import suite_table
 
-    _check_fit_options(sampler, chains, tune, draws, None, choices)
+    opts = options.SuiteOptions(by=by, sampler=sampler, chains=chains, tune=tune, draws=draws, seed=seed,
+                                choices=choices, prior=prior)
     con = result_console(json_out)
     resp, _ = _panel(responses, None, models, models_file)
     _selection_note(resp)
 
-    def progress(name, dg) -> None:
-        con.print(f"{name}: {dg.n_items} items, plug-in DDM {dg.ddm:.3f}, max gap {dg.max_gap:.3f} "
-                  f"({dg.sampler.wall_time_s:.1f} s)", style="dim", markup=False, highlight=False)
+    def progress(event: Event) -> None:  # each benchmark's line as it is done
+        con.print(event.message, style="dim", markup=False, highlight=False)
 
-    if (sampler or api.DEFAULT_SAMPLER) == "fast":
+    if (opts.sampler or options.DEFAULT_SAMPLER) == "fast":
         _quiet_workers_if_served()
     with StatusLine(err_console, f"fitting one IRT model per benchmark of {responses.name}"):
-        result = api.suite(resp, by=by, items_table=items_table, sampler=sampler, chains=chains, tune=tune,
-                           draws=draws, seed=seed, choices=choices, on_benchmark=progress, prior=prior)
+        result = api.suite(resp, items_table=items_table, **opts.keywords(), on_event=progress)
     summary_path = result.save(out)
-    con.print(suite_table([(r.benchmark, r.diagnosis) for r in result.benchmarks],
-                          f"{responses.name}: {resp.shape[0]} models, {len(result.benchmarks)} benchmarks"))
+    con.print(result)
     write_json_result(json_out, result.summary(), note=con)
     con.print(f"wrote {summary_path} and one folder per benchmark", markup=False, highlight=False)
 
@@ -239,27 +222,18 @@ def suite(
 def calibrate(
     diagnosis: Path = typer.Argument(..., help="diagnosis JSON written by `benchfill diagnose`"),
     k: int = typer.Option(..., "--k", help="items to keep (the target's equal-probability bins)"),
-    target: str = typer.Option("uniform", help="target distribution: uniform, or beta:A,B on [0, 1]"),
+    target: str = typer.Option(options.CALIBRATE.target, help="target distribution: uniform, or beta:A,B on [0, 1]"),
     out: Optional[Path] = typer.Option(None, help="write the kept item ids (one per line) here"),
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="write the calibration result as JSON (- = stdout)"),
 ) -> None:
     """Prune a benchmark toward a target difficulty distribution by greedy quantile matching (paper App. D)."""
-    from rich.table import Table
-
     from benchfill import api
     from benchfill.io import atomic_write_text
 
-    dg = api.load_diagnosis(diagnosis)
-    result = api.calibrate(dg, k, target=target)
+    opts = options.CalibrateOptions(k=k, target=target)
+    result = api.calibrate(diagnosis, **opts.keywords())
     con = result_console(json_out)
-    # the title as its own line: a table's title wraps to the (narrow) table's width
-    con.print(lit(f"calibration of {dg.source}: {result.n_items} -> {result.k} items, target {target}"))
-    table = Table()
-    for col in ("", "before", "after"):
-        table.add_column(col, justify="right")
-    table.add_row("DDM (own min-max axis)", f"{result.ddm_before:.4f}", f"{result.ddm_after:.4f}")
-    table.add_row("W1 to target", f"{result.w1_target_before:.4f}", f"{result.w1_target_after_renormalised:.4f}")
-    con.print(table)
+    con.print(result)
     if out:
         atomic_write_text(out, "".join(f"{i}\n" for i in result.item_ids or ()))
         con.print(f"wrote {out}", markup=False, highlight=False)
@@ -278,30 +252,29 @@ def fill(
     responses: Path = typer.Option(..., help="the benchmark's response data (long CSV/JSONL)"),
     config: Path = typer.Option(..., help="models config (TOML/YAML): rewriter, judge, panel, [fill] parameters"),
     out: Path = typer.Option(..., help="run folder (memory bank, checkpoints, labels, summary)"),
-    models: Optional[int] = typer.Option(12, help="models kept for the scale, spread evenly by accuracy"),
-    models_file: Optional[Path] = typer.Option(None, help=MODELS_FILE_HELP),
-    gaps: int = typer.Option(3, help="gaps to fill"),
-    sampler: str = typer.Option("", help=SAMPLER_HELP + " (default: fast)"),
-    seed: int = typer.Option(0, help=SEED_HELP),
-    compare: bool = typer.Option(False, "--compare", help="also run the budget-matched baseline and the oracle"),
-    resume: bool = typer.Option(False, "--resume", help="continue the run in --out where it stopped (starts it if there is none)"),
-    allow_floor_gaps: bool = typer.Option(False, "--allow-floor-gaps", help="also target gaps at the design's resolution floor (no wider than hole-free benchmarks of this panel show)"),
+    models: Optional[int] = typer.Option(options.FILL.models, help="models kept for the scale, spread evenly by accuracy"),
+    models_file: Optional[Path] = typer.Option(options.FILL.models_file, help=MODELS_FILE_HELP),
+    gaps: int = typer.Option(options.FILL.gaps, help="gaps to fill"),
+    sampler: str = typer.Option(options.FILL.sampler, help=SAMPLER_HELP + " (default: fast)"),
+    seed: int = typer.Option(options.FILL.seed, help=SEED_HELP),
+    compare: bool = typer.Option(options.FILL.compare, "--compare", help="also run the budget-matched baseline and the oracle"),
+    resume: bool = typer.Option(options.FILL.resume, "--resume", help="continue the run in --out where it stopped (starts it if there is none)"),
+    allow_floor_gaps: bool = typer.Option(options.FILL.allow_floor_gaps, "--allow-floor-gaps", help="also target gaps at the design's resolution floor (no wider than hole-free benchmarks of this panel show)"),
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the summary as JSON (- = stdout)"),
 ) -> None:
     """Fill the largest difficulty gaps with the BenchFill search (rewrite -> validate -> label -> place)."""
     from benchfill import api
-    from benchfill.graphs.render import FillLive, fill_summary_table
+    from benchfill.graphs.render import FillLive
     from benchfill.models.failures import CallsFailed
 
-    _check_fit_options(sampler)
+    opts = options.FillOptions(models=models, models_file=models_file, gaps=gaps, sampler=sampler, seed=seed,
+                               compare=compare, resume=resume, allow_floor_gaps=allow_floor_gaps)
     con = result_console(json_out)
-    if (sampler or "fast") == "fast":
+    if (opts.sampler or options.DEFAULT_SAMPLER) == "fast":
         quiet_worker_start()
     live = FillLive(con)
     with con.status("diagnosing the benchmark (IRT fit) ..."):
-        run = api.fill_run(items, responses, config, out, models=models, models_file=models_file, gaps=gaps,
-                           sampler=sampler, seed=seed, compare=compare, resume=resume,
-                           allow_floor_gaps=allow_floor_gaps, on_event=live.update)
+        run = api.fill_run(items, responses, config, out, **opts.keywords(), on_event=live.update)
     if run.model_selection:  # the same rule as `diagnose --models N`
         sel = run.model_selection
         con.print(f"scale: kept {len(sel['kept'])} of {sel['of']} models ({sel['rule']}; --models N, --models-file "
@@ -317,7 +290,7 @@ def fill(
         raise typer.Exit(CALLS_FAILED_EXIT) from None
     finally:
         run.close()
-    con.print(fill_summary_table(summary.model_dump()))
+    con.print(summary)
     write_json_result(json_out, summary, note=con)
     con.print(f"wrote {out / 'summary.json'} and {out / 'report.html'}; inspect a gap with: benchfill trace {out} "
               f"--gap 1, or open the report (benchfill view {out})", markup=False, highlight=False, soft_wrap=True)
@@ -359,7 +332,7 @@ def review(
     An item is accepted after 3 approvals and no standing rejection; a rejection blocks it until that reviewer
     votes again; 3 rejections reject it. Votes are stored in the run's memory bank."""
     from benchfill import api
-    from benchfill.graphs.render import review_detail, review_table
+    from benchfill.graphs.render import review_detail
 
     out = result_console(json_out)
     _open_bank(run_dir).close()  # a fill run folder, else one line
@@ -374,7 +347,7 @@ def review(
         write_json_result(json_out, item, note=out)
         return
     queue = api.review_queue(run_dir)
-    out.print(review_table(queue.queue))
+    out.print(queue)
     write_json_result(json_out, queue, note=out)
 
 
@@ -440,37 +413,24 @@ def _open_bank(run_dir: Path):
 def detect(
     responses_a: Path = typer.Argument(..., help="model A's response file (or both models', with --model-a/-b)"),
     responses_b: Optional[Path] = typer.Argument(None, help="response file of model B (e.g. the later checkpoint)"),
-    model_a: Optional[str] = typer.Option(None, "--model-a", help="model A (when its file has several)"),
-    model_b: Optional[str] = typer.Option(None, "--model-b", help="model B (when its file has several)"),
-    items: Optional[Path] = typer.Option(None, help="restrict to these item ids (one per line)"),
-    permutations: int = typer.Option(100_000, help="random permutations B (paper: 100,000)"),
-    seed: int = typer.Option(0, help=SEED_HELP),
-    alpha: float = typer.Option(0.05, help="test level"),
+    model_a: Optional[str] = typer.Option(options.DETECT.model_a, "--model-a", help="model A (when its file has several)"),
+    model_b: Optional[str] = typer.Option(options.DETECT.model_b, "--model-b", help="model B (when its file has several)"),
+    items: Optional[Path] = typer.Option(options.DETECT.items, help="restrict to these item ids (one per line)"),
+    permutations: int = typer.Option(options.DETECT.permutations, help="random permutations B (paper: 100,000)"),
+    seed: int = typer.Option(options.DETECT.seed, help=SEED_HELP),
+    alpha: float = typer.Option(options.DETECT.alpha, help="test level"),
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the result as JSON here (- = stdout)"),
 ) -> None:
     """Local-progress test (paper Table 12): does model B beat model A? One-sided stratified randomization test,
     strata = items, statistic = mean per-item accuracy difference B - A over rollouts."""
-    from rich.table import Table
-
     from benchfill import api
 
+    opts = options.DetectOptions(model_a=model_a, model_b=model_b, items=items, permutations=permutations,
+                                 seed=seed, alpha=alpha)
     con = result_console(json_out)
-    with err_console.status(f"randomization test, {permutations:,} permutations ..."):
-        res = api.detect(responses_a, responses_b, model_a=model_a, model_b=model_b, items=items,
-                         permutations=permutations, seed=seed, alpha=alpha)
-    title = lit(f"local progress: {res.model_b} (B) vs {res.model_a} (A)")
-    table = Table()
-    table.add_column("quantity")
-    table.add_column("value", justify="right")
-    table.add_row("items (informative)", f"{res.n_items} ({res.n_informative})")
-    table.add_row("accuracy A / B", f"{res.accuracy_a:.4f} / {res.accuracy_b:.4f}")
-    table.add_row("gain (points)", f"{res.gain:+.3f}")
-    table.add_row("p-value (one-sided)", f"{res.p_value:.5g}")
-    table.add_row("permutations", f"{res.n_permutations:,} (seed {res.seed})")
-    verdict = "[green]yes[/]" if res.significant else "[yellow]no[/]"
-    table.add_row(f"B better at alpha={res.alpha:g}", verdict)
-    con.print(title)  # its own line: a table's title wraps to the (narrow) table's width
-    con.print(table)
+    with err_console.status(f"randomization test, {opts.permutations:,} permutations ..."):
+        res = api.detect(responses_a, responses_b, **opts.keywords())
+    con.print(res)
     write_json_result(json_out, res, note=con)
 
 
@@ -483,8 +443,8 @@ def evaluate(
     items: Path = typer.Argument(..., help="items JSONL (id, question, answer[, choices, format])"),
     config: Path = typer.Option(..., "--config", "-c", help="run config (TOML or YAML) naming the panel models"),
     out: Path = typer.Option(..., "--out", "-o", help="run folder: responses.csv, calls.sqlite, summary.json"),
-    limit: Optional[int] = typer.Option(None, "--limit", help="only the first N items"),
-    rollouts: Optional[int] = typer.Option(None, "--rollouts", help="override every panel model's rollouts"),
+    limit: Optional[int] = typer.Option(options.EVALUATE.limit, "--limit", help="only the first N items"),
+    rollouts: Optional[int] = typer.Option(options.EVALUATE.rollouts, "--rollouts", help="override every panel model's rollouts"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="live progress bar"),
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the summary as JSON (- = stdout)"),
 ) -> None:
@@ -495,12 +455,15 @@ def evaluate(
     from benchfill.models.failures import CallsFailed
     from benchfill.models.progress import live_progress, print_summary, simulated_banner
 
+    opts = options.EvaluateOptions(limit=limit, rollouts=rollouts)
     con = result_console(json_out)
     if load_config(config).simulated:
         simulated_banner(con)
     try:
-        with live_progress(con, enabled=progress and con.is_terminal) as state:
-            result = api.evaluate(items, config, out, limit=limit, rollouts=rollouts, progress=state)
+        with live_progress(con, enabled=progress and con.is_terminal) as bar:
+            draw = bar.on_update  # the bar's drawing (None when there is no bar), fed by the answers' counters
+            result = api.evaluate(items, config, out, **opts.keywords(),
+                                  on_event=None if draw is None else lambda event: draw(event.payload, None))
     except CallsFailed as exc:  # an outage is not an outcome: nothing counted, exit 3, a rerun retries them
         err_console.print(f"benchfill: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(CALLS_FAILED_EXIT) from None
@@ -520,32 +483,19 @@ def evaluate(
 def place(
     responses: Path = typer.Argument(..., help="responses of the NEW items (same formats as diagnose), keyed by the scale's model names"),
     scale: Path = typer.Option(..., "--scale", help="<name>.scale.npz written by `benchfill diagnose`"),
-    guessing: Optional[float] = typer.Option(None, help="lower asymptote c of the new items (default: the scale's)"),
+    guessing: Optional[float] = typer.Option(options.PLACE.guessing, help="lower asymptote c of the new items (default: the scale's)"),
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write the placements as JSON (- = stdout)"),
 ) -> None:
     """Place new items on a benchmark's difficulty scale, abilities fixed (exact quadrature): b, SD, d, d SD."""
-    from rich.table import Table
-
     from benchfill import api
 
-    placed = api.place(scale, responses, guessing=guessing)
+    opts = options.PlaceOptions(guessing=guessing)
+    placed = api.place(scale, responses, **opts.keywords())
     if placed.ignored_models:
         err_console.print(lit(f"note: ignored {len(placed.ignored_models)} model(s) not on the scale: "
                               f"{', '.join(placed.ignored_models)}"))
-    sign = "-" if placed.b_min >= 0 else "+"
-    title = lit(f"{len(placed.items)} item(s) placed on {scale.name} ({placed.n_draws} ability draws; "
-                f"d = (b {sign} {abs(placed.b_min):.3f}) / {placed.b_max - placed.b_min:.3f}; "
-                f"prior: the scale's population, {placed.population})")
-    table = Table()
-    for col in ("item", "b", "SD", "d", "d SD"):
-        table.add_column(col, justify="left" if col == "item" else "right")
-    for rec in placed.items:
-        d = rec.d
-        d_txt = f"{d:.3f}" if 0.0 <= d <= 1.0 else f"[yellow]{d:.3f}[/] (outside)"
-        table.add_row(lit(rec.item_id), f"{rec.b:.3f}", f"{rec.b_sd:.3f}", d_txt, f"{rec.d_sd:.3f}")
     con = result_console(json_out)
-    con.print(title)  # its own line: a table's title wraps to the (narrow) table's width
-    con.print(table)
+    con.print(placed)
     write_json_result(json_out, placed, note=con)
 
 

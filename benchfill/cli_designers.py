@@ -16,6 +16,7 @@ from typing import List, Optional
 import typer
 
 from benchfill.cli_support import console, friendly_errors, result_console, write_json_result
+from benchfill.options import DESIGNERS_RUN, DesignersRunOptions
 
 designers_app = typer.Typer(add_completion=False, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120},
                             help="Evaluate LLMs as benchmark designers (BenchBench): domain card, quota-controlled "
@@ -70,13 +71,13 @@ def run_cmd(
     config: Path = typer.Option(..., "--config", "-c", help="designers config (TOML/YAML): [[designers]], "
                                                             "[[panel]], [judge]"),
     out: Path = typer.Option(..., "--out", "-o", help="run folder (resumable: rerun the same command)"),
-    seed_responses: Optional[Path] = typer.Option(None, "--seed-responses",
+    seed_responses: Optional[Path] = typer.Option(DESIGNERS_RUN.seed_responses, "--seed-responses",
                                                   help="answerers' responses on the seed benchmark (long CSV/JSONL); "
                                                        "default: the panel answers the card's seed items"),
-    seed_items: Optional[Path] = typer.Option(None, "--seed-items", help="seed items to answer (default: the card's "
+    seed_items: Optional[Path] = typer.Option(DESIGNERS_RUN.seed_items, "--seed-items", help="seed items to answer (default: the card's "
                                                                           "source file)"),
-    seed_limit: Optional[int] = typer.Option(None, "--seed-limit", help="answer only the first N seed items"),
-    irt: Optional[str] = typer.Option(None, "--irt", help="IRT inference for the joint difficulty scale: map "
+    seed_limit: Optional[int] = typer.Option(DESIGNERS_RUN.seed_limit, "--seed-limit", help="answer only the first N seed items"),
+    irt: Optional[str] = typer.Option(DESIGNERS_RUN.irt, "--irt", help="IRT inference for the joint difficulty scale: map "
                                                           "(default), fast, pymc, nutpie"),
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH|-", help="also write report.json's content here (- = stdout)"),
 ) -> None:
@@ -95,11 +96,12 @@ def run_cmd(
     )
     from benchfill.designers.results import SIM_NOTE
 
+    opts = DesignersRunOptions(seed_responses=seed_responses, seed_items=seed_items, seed_limit=seed_limit, irt=irt)
     for line in quota_warnings(load_quotas(quotas), str(quotas)):
         result_console(json_out).print(f"[yellow]warning: {escape(line)}[/]", highlight=False)
     with console.status("designer evaluation ...") as status:
-        result = designers_run(card, quotas, config, out, seed_responses=seed_responses, seed_items=seed_items,
-                               seed_limit=seed_limit, irt=irt, log=lambda m: status.update(m))
+        result = designers_run(card, quotas, config, out, **opts.keywords(),
+                               on_event=lambda event: status.update(event.message))
     report = result.report.model_dump(mode="json")
     con = result_console(json_out)
     if result.report.simulated:

@@ -27,8 +27,10 @@ def test_load_diagnose_save_place_from_python(examples, tmp_path):
     assert isinstance(resp, ResponseMatrix) and resp.shape == (12, 500)
     again = bf.load_responses(resp.to_long())  # a long DataFrame reads like the file
     assert again.models == resp.models and (again.n_correct == resp.n_correct).all()
-    stages: list[str] = []
-    dx = bf.diagnose(resp, draws=300, tune=300, on_stage=stages.append)
+    events: list = []
+    dx = bf.diagnose(resp, draws=300, tune=300, on_event=events.append)
+    stages = [e.message for e in events if e.kind == "stage"]
+    assert [e.kind for e in events].count("picture") == 1  # the picture, as soon as the verdicts are known
     assert isinstance(dx, bf.Diagnosis) and dx.sampler.method == "fast" and dx.posterior is not None
     # a notebook's echo is one line, not the whole record (issue 28: it was 49,000 characters)
     assert len(repr(dx)) < 300 and "12 models x 500 items" in repr(dx) and "DDM 0." in str(dx), repr(dx)
@@ -102,7 +104,7 @@ def _cli(*args):
 
     from benchfill.cli import app
 
-    res = CliRunner().invoke(app, [str(a) for a in args])
+    res = CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     return res
 
@@ -132,17 +134,19 @@ def test_detect_calibrate_place_from_python_equal_the_cli_json(examples, tmp_pat
     dx.save(tmp_path / "dx")
     cal = api.calibrate(tmp_path / "dx" / "diagnosis.json", 10, target="beta:2,2")
     assert cal.k == 10 and len(cal.item_ids) == 10
-    _cli("calibrate", tmp_path / "dx" / "diagnosis.json", "--k", 10, "--target", "beta:2,2", "--json",
-         tmp_path / "c.json")
+    shown = _cli("calibrate", tmp_path / "dx" / "diagnosis.json", "--k", 10, "--target", "beta:2,2", "--json",
+                 tmp_path / "c.json")
     _assert_cli_json_is_the_models(tmp_path / "c.json", cal)
+    assert _shown(cal) in shown.stdout and "target beta:2,2" in _shown(cal)  # rich.print(cal): the CLI's view
 
     new = resp.subset(items=resp.item_ids[60:63]).to_long()
     new.to_csv(tmp_path / "new.csv", index=False)
     placed = api.place(tmp_path / "dx" / "diagnosis.scale.npz", tmp_path / "new.csv")
     assert [p.item_id for p in placed.items] == list(resp.item_ids[60:63])
-    _cli("place", tmp_path / "new.csv", "--scale", tmp_path / "dx" / "diagnosis.scale.npz", "--json",
-         tmp_path / "p.json")
+    shown = _cli("place", tmp_path / "new.csv", "--scale", tmp_path / "dx" / "diagnosis.scale.npz", "--json",
+                 tmp_path / "p.json")
     _assert_cli_json_is_the_models(tmp_path / "p.json", placed)
+    assert _shown(placed) in shown.stdout and "3 item(s) placed on diagnosis.scale.npz" in _shown(placed)
     data = json.loads((tmp_path / "p.json").read_text())  # the field names users rely on
     assert {"scale", "responses", "models", "b_min", "b_max", "n_draws", "guessing", "ignored_models",
             "items"} <= set(data) and set(data["items"][0]) == {"item_id", "b", "b_sd", "d", "d_sd"}
@@ -217,8 +221,8 @@ def _api_map():
 
     # command -> (the API functions it is, {CLI parameter: API parameter}, CLI-only parameters: presentation/output)
     return {
-        "diagnose": ((api.load_responses, api.diagnose, Diagnosis.save), {"top_gaps": "n_gaps"},
-                     {"json_out", "png", "force"}),
+        "diagnose": ((api.load_responses, api.diagnose, api.diagnosis_files, Diagnosis.save), {"top_gaps": "n_gaps"},
+                     set()),
         "suite": ((api.load_responses, api.suite, api.Suite.save), {"out": "folder"}, {"json_out"}),
         "calibrate": ((api.calibrate,), {}, {"out", "json_out"}),
         "fill": ((api.fill, api.fill_async, api.fill_run), {}, {"json_out"}),
@@ -318,6 +322,148 @@ def test_the_defaults_test_catches_drift(monkeypatch):
     assert _drift(commands) == []
     monkeypatch.setattr(api.detect, "__signature__", changed, raising=False)
     assert _drift(commands) == ["detect permutations: CLI default 100000, API 500"]
+
+
+def _options_map():
+    from benchfill import api, options
+
+    # options model -> the API functions that take its options as keywords
+    return {
+        options.DiagnoseOptions: (api.diagnose,),
+        options.DiagnosisOutput: (api.diagnosis_files,),
+        options.SuiteOptions: (api.suite,),
+        options.PlaceOptions: (api.place,),
+        options.CalibrateOptions: (api.calibrate,),
+        options.DetectOptions: (api.detect,),
+        options.EvaluateOptions: (api.evaluate, api.evaluate_async),
+        options.FillOptions: (api.fill, api.fill_async, api.fill_run),
+        options.DesignersRunOptions: (api.designers_run_async,),
+    }
+
+
+def test_the_options_models_hold_the_defaults():
+    """Each options model's field is a keyword of its API function(s) with the model's default (so the CLI's, which
+    the test above compares with the API's, are the model's too), and the defaults kept elsewhere agree."""
+    import inspect
+
+    from benchfill.diagnostics.detect import DEFAULT_PERMUTATIONS
+    from benchfill.irt.prior import DEFAULT_POPULATION
+    from benchfill.options import DEFAULT_PRIOR, DetectOptions, DiagnosisOutput
+
+    for model, fns in _options_map().items():
+        for fn in fns:
+            params = inspect.signature(fn).parameters
+            for name, field in model.model_fields.items():
+                assert name in params, f"{fn.__qualname__} has no keyword {name} of {model.__name__}"
+                default = inspect.Parameter.empty if field.is_required() else field.default
+                assert params[name].default == default, (fn.__qualname__, name, params[name].default, default)
+    assert DEFAULT_PRIOR == DEFAULT_POPULATION and DetectOptions().permutations == DEFAULT_PERMUTATIONS
+    assert inspect.signature(bf.Diagnosis.save).parameters["n_gaps"].default == DiagnosisOutput().n_gaps
+
+
+def test_options_models_check_their_values_as_the_cli_names_them():
+    from pydantic import ValidationError
+
+    from benchfill.options import CalibrateOptions, DesignersRunOptions, DiagnoseOptions, FillOptions, SuiteOptions
+
+    for build, line in ((lambda: DiagnoseOptions(chains=0), "--chains: 0: must be at least 1"),
+                        (lambda: DiagnoseOptions(prior="flat"), "--prior: 'flat': choose from spline, normal, paper"),
+                        (lambda: SuiteOptions(sampler="fsat"), "--sampler: 'fsat': choose from"),
+                        (lambda: FillOptions(sampler="nuts"), "--sampler: 'nuts': choose from fast"),
+                        (lambda: CalibrateOptions(k=10, target="beta:2"),
+                         "--target: 'beta:2': expected beta:A,B with positive numbers"),
+                        (lambda: CalibrateOptions(target="uniform"), "--k: required"),
+                        (lambda: DiagnoseOptions(seed="x"), "--seed: 'x': input should be a valid integer"),
+                        (lambda: DesignersRunOptions(irt="nuts"), "--irt: 'nuts': choose map, fast, pymc or nutpie"),
+                        (lambda: DesignersRunOptions(seed_limit=0), "--seed-limit: 0: must be at least 1")):
+        with pytest.raises(InputError) as err:
+            build()
+        assert str(err.value).startswith(line) and "\n" not in str(err.value), str(err.value)
+    suite = SuiteOptions(chains=2, choices=4)
+    assert suite.diagnosis() == DiagnoseOptions(chains=2, choices=4)  # each benchmark: the suite's fit, else defaults
+    with pytest.raises(ValidationError, match="frozen"):  # an options object stays what was checked
+        suite.chains = 0  # type: ignore[misc]
+
+
+def test_diagnosis_files_decide_where_a_diagnosis_goes_before_the_fit(tmp_path, monkeypatch):
+    """The output-path policy of `benchfill diagnose`, in the library: the default folder (named by the model
+    selection) is not overwritten without force; "-" sends the JSON to standard output; a folder gets the files."""
+    monkeypatch.chdir(tmp_path)
+    files = bf.diagnosis_files("data/math.responses.csv.gz", models=12)
+    assert str(files.json_path) == "runs/math.responses-m12/diagnosis.json"
+    assert (files.png.name, files.scale.name, files.n_gaps, files.json_to_stdout) == (
+        "diagnosis.png", "diagnosis.scale.npz", 5, False)
+    files.json_path.parent.mkdir(parents=True)
+    files.json_path.write_text("{}")
+    with pytest.raises(InputError, match=r"^runs/math.responses-m12/diagnosis.json: exists .*pass --force"):
+        bf.diagnosis_files("data/math.responses.csv.gz", models=12)
+    assert bf.diagnosis_files("data/math.responses.csv.gz", models=12, force=True).json_path == files.json_path
+    assert bf.diagnosis_files("data/math.responses.csv.gz", models_file="data/top.txt").json_path.parent.name == (
+        "math.responses-top")
+    to_stdout = bf.diagnosis_files("data/math.responses.csv.gz", models=12, json_out="-")  # nothing refused
+    assert to_stdout.json_to_stdout and to_stdout.scale == files.scale
+    (tmp_path / "out").mkdir()
+    inside = bf.diagnosis_files("x.csv", json_out=tmp_path / "out", png="p.png", n_gaps=3)
+    assert inside.json_path == tmp_path / "out" / "diagnosis.json" and str(inside.png) == "p.png"
+    assert str(bf.diagnosis_files("x.csv", json_out="new/").json_path) == "new/diagnosis.json"
+    with pytest.raises(InputError, match="^--top-gaps: 0: must be at least 1$"):
+        bf.diagnosis_files("x.csv", n_gaps=0)
+
+
+def test_diagnose_reports_progress_as_events_and_keeps_its_old_callbacks(monkeypatch):
+    """One event type for progress (benchfill.progress.Event); on_stage / on_picture still work, deprecated."""
+    import benchfill.diagnostics.report as report
+    from benchfill.irt.simulate import simulate_responses
+    from benchfill.progress import Event
+
+    class Fitted:
+        def attach_scale(self, fit) -> None:
+            pass
+
+    def fake_diagnose(resp, spec, settings, *, top_gaps, on_stage, on_picture, compare_guessing):
+        on_stage("fitting")
+        on_picture("the picture")
+        on_stage("checks")
+        return Fitted(), None
+
+    monkeypatch.setattr(report, "diagnose", fake_diagnose)
+    resp = simulate_responses([0.0, 1.0], [0.0, 0.5, 1.0], 2, seed=0)
+    events: list[Event] = []
+    bf.diagnose(resp, on_event=events.append)
+    assert [(e.kind, e.message) for e in events] == [("stage", "fitting"), ("picture", "the diagnosis picture"),
+                                                     ("stage", "checks")]
+    assert events[1].payload == "the picture"
+    stages, pictures = [], []
+    with pytest.warns(DeprecationWarning, match="on_event"):
+        bf.diagnose(resp, on_stage=stages.append, on_picture=pictures.append)
+    assert stages == ["fitting", "checks"] and pictures == ["the picture"]
+
+
+def _shown(result) -> str:
+    """What rich prints for a result, 200 columns wide, no colours (as the CLI's output through a pipe)."""
+    import io
+
+    from rich.console import Console
+
+    con = Console(file=io.StringIO(), width=200)
+    con.print(result)
+    return con.file.getvalue()
+
+
+def test_a_result_printed_with_rich_is_what_the_cli_shows(tmp_path):
+    from typer.testing import CliRunner
+
+    from benchfill import api
+    from benchfill.cli import app
+
+    for name, model, k in (("a.csv", "ck1", 2), ("b.csv", "ck2", 30)):
+        (tmp_path / name).write_text("model,item_id,n_correct,n_trials\n" +
+                                     "".join(f"{model},q{i},{k},32\n" for i in range(8)))
+    det = api.detect(tmp_path / "a.csv", tmp_path / "b.csv", permutations=500)
+    res = CliRunner().invoke(app, ["detect", str(tmp_path / "a.csv"), str(tmp_path / "b.csv"), "--permutations",
+                                   "500"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert _shown(det) == res.stdout and "local progress: ck2 (B) vs ck1 (A)" in res.stdout
 
 
 @pytest.mark.slow  # a whole command end to end (> 10 s): the full suite runs it

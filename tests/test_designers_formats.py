@@ -53,9 +53,9 @@ def test_structured_items_parse_and_validate():
 
 
 def test_designer_prompt_describes_the_formats():
-    from benchfill.designers.generate import design_messages
+    from benchfill.designers.requests import DesignRequest
 
-    text = design_messages("card", [SLOT], n_options=4, language="en", round_no=0)[-1]["content"]
+    text = DesignRequest("card", (SLOT,), n_options=4, language="en", round_no=0).messages()[-1]["content"]
     assert '"mcq_multi"' in text and "Select all that apply" in text and '"structured"' in text
 
 

@@ -10,7 +10,6 @@ import pytest
 
 from benchfill.designers.generate import (
     StemIndex,
-    design_messages,
     generate_suite,
     normalise_stem,
     parse_element,
@@ -18,6 +17,7 @@ from benchfill.designers.generate import (
     reply_items,
 )
 from benchfill.designers.quotas import Slot, make_plan
+from benchfill.designers.requests import DesignRequest
 from benchfill.models.client import CallResult
 from benchfill.models.grading import grade
 
@@ -128,8 +128,7 @@ class ScriptedClient:
         self.requests: list[list[str]] = []
 
     async def complete_json(self, cfg, messages, validator=None, **kw):
-        specs = json.loads(messages[-1]["content"].split("<specifications>")[1].split("</specifications>")[0])
-        self.requests.append([s["slot"] for s in specs])
+        self.requests.append([s["slot"] for s in kw["request"].specs])  # what was asked, not how it was worded
         reply = self.script.pop(0)
         if reply == "MALFORMED":
             return CallResult("not json", error="malformed output after 2 re-asks: reply is not JSON")
@@ -203,7 +202,7 @@ def test_card_examples_count_as_duplicates():
 
 
 def test_design_prompt_carries_the_card_and_the_specs():
-    msgs = design_messages("Benchmark: toy", [SLOT, NUM], n_options=4, language="en", round_no=1)
+    msgs = DesignRequest("Benchmark: toy", (SLOT, NUM), n_options=4, language="en", round_no=1).messages()
     text = msgs[-1]["content"]
     assert "Benchmark: toy" in text and '"slot": "s0002"' in text and "top-up round 1" in text
     assert "exactly 4 options" in text and "A, B, C, D" in text

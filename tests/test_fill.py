@@ -207,16 +207,19 @@ def test_trace_review_export(finished_run, tmp_path):
 def test_progress_events_come_through_langgraphs_custom_stream(tmp_path, bench):
     from benchfill import api
     from benchfill.graphs.fill import FillContext
+    from benchfill.progress import Event
 
     assert "on_event" not in FillContext.__dataclass_fields__  # no private callback in the nodes' context
     items, resp = bench
-    events: list[dict] = []
+    events: list[Event] = []
     api.fill(items, resp, write_config(tmp_path, max_rounds=1), tmp_path / "out", models=6, gaps=1,
              on_event=events.append)
-    nodes = [e["node"] for e in events]
+    assert {e.kind for e in events} == {"node"}  # the one event type of every long-running call
+    nodes = [e.message for e in events]
+    assert nodes == [e.payload["node"] for e in events]
     assert nodes[:2] == ["propose_gaps", "seed_memory"] and nodes[-1] == "finalize", nodes
     assert {"rewrite", "validate", "label", "place"} <= set(nodes)
-    assert all({"method", "gap", "calls", "cost"} <= set(e) for e in events) and events[-1]["calls"] > 0
+    assert all({"method", "gap", "calls", "cost"} <= set(e.payload) for e in events) and events[-1].payload["calls"] > 0
 
 
 @pytest.mark.slow  # > 3 s: the full suite (CI) runs it, the fast lane does not

@@ -1,5 +1,6 @@
 """The simulated world: IRT panel answers through the real grader, a rewriter that moves toward the target, a judge
-with a configurable invalid share; deterministic in (seed, key); everything labelled SIMULATED."""
+with a configurable invalid share; deterministic in (seed, key); everything labelled SIMULATED; it reads each call's
+typed request, never the prompt."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from benchfill.data import Item
 from benchfill.models.client import ModelClient
 from benchfill.models.config import ModelConfig
 from benchfill.models.grading import grade
-from benchfill.models.prompts import answer_messages, rewrite_messages, validity_messages
+from benchfill.models.requests import AnswerRequest, GradeRequest, RewriteRequest, ValidityRequest
 from benchfill.models.sim import SimWorld, latent_from_text
 
 ITEMS = [
@@ -54,33 +55,33 @@ def test_panel_accuracy_matches_probability_and_is_deterministic():
     item = Item(id="x", question="Hard one?", answer="7", format="numeric")
     w.difficulties["x"] = 0.0
     w.abilities["mid"] = 0.4
-    msgs = answer_messages(item)
-    hits = [grade(item, w.respond("sim/mid", msgs, key=f"k{i}", role="panel", item=item)).label == "correct"
+    request = AnswerRequest(item)
+    hits = [grade(item, w.respond("sim/mid", request, key=f"k{i}", role="panel")).label == "correct"
             for i in range(3000)]
     p = 1 / (1 + math.exp(-0.4))
     assert abs(np.mean(hits) - p) < 3 * math.sqrt(p * (1 - p) / 3000)
     again = SimWorld.from_abilities({"mid": 0.4}, {"x": 0.0}, seed=1)
-    assert again.respond("sim/mid", msgs, key="k5", role="panel", item=item) == \
-        w.respond("sim/mid", msgs, key="k5", role="panel", item=item)
+    assert again.respond("sim/mid", request, key="k5", role="panel") == \
+        w.respond("sim/mid", request, key="k5", role="panel")
 
 
-def test_registered_items_are_found_from_the_prompt():
-    w = world()
-    w.register_items(ITEMS)
-    text = w.respond("sim/strong", answer_messages(ITEMS[3]), key="k", role="panel")
-    assert "Answer:" in text
+@pytest.mark.parametrize("role", ["panel", "rewriter", "judge", "grader"])
+def test_a_call_without_a_typed_request_is_told_so(role):
+    """No guessing from the prompt: a call with plain messages gets a SIMULATED reply that says what is missing."""
+    text = world().respond("sim/strong", None, key="k", role=role)
+    assert text.startswith("SIMULATED") and "no typed request" in text and f"offline {role} model" in text
+    assert grade(ITEMS[3], text).label == "incorrect"  # not an answer, even when the prompt names the item
 
 
 def test_rewriter_moves_children_toward_the_target():
     w = world(step=0.6, noise=0.2)
-    w.register_items(ITEMS)
     parent = ITEMS[0]  # b = 0.0 ; b_range = (-0.5, 0.5)
     target_d = 0.9
     b_target = w.d_to_b(target_d)
     dists_before, dists_after = [], []
     for r in range(40):
-        msgs = rewrite_messages(parent, target=10 * target_d, parent_difficulty=5.0, references=[("q", 3.0)])
-        reply = json.loads(w.respond("sim/rw", msgs, key=f"r{r}", role="rewriter"))
+        request = RewriteRequest.build(parent, target=10 * target_d, parent_difficulty=5.0, references=[("q", 3.0)])
+        reply = json.loads(w.respond("sim/rw", request, key=f"r{r}", role="rewriter"))
         assert len(reply["children"]) == 4
         for child in reply["children"]:
             assert child["answer"] == "5" and "SIMULATED" in child["question"]
@@ -91,11 +92,11 @@ def test_rewriter_moves_children_toward_the_target():
 
 
 def test_blind_rewriter_scatters_around_the_parent():
-    w = world(scatter=0.5)
-    w.register_items(ITEMS)  # the parent's b (0.0) is found from its text in the prompt
+    w = world(scatter=0.5)  # the parent's b (0.0) is its difficulty by id
     bs = []
     for r in range(50):
-        reply = json.loads(w.respond("sim/rw", rewrite_messages(ITEMS[0], target=None), key=f"b{r}", role="rewriter"))
+        reply = json.loads(w.respond("sim/rw", RewriteRequest.build(ITEMS[0], target=None), key=f"b{r}",
+                                     role="rewriter"))
         bs += [latent_from_text(c["question"]) for c in reply["children"]]
     assert abs(np.mean(bs)) < 0.15 and 0.35 < np.std(bs) < 0.65
 
@@ -103,21 +104,21 @@ def test_blind_rewriter_scatters_around_the_parent():
 def test_child_of_child_starts_from_its_latent():
     w = world(step=1.0, noise=0.0)
     parent = Item(id="c", question="What is 2+3? [SIMULATED latent_b=+0.2000]", answer="5")
-    reply = json.loads(w.respond("sim/rw", rewrite_messages(parent, target=0.0), key="z", role="rewriter"))
+    reply = json.loads(w.respond("sim/rw", RewriteRequest.build(parent, target=0.0), key="z", role="rewriter"))
     assert latent_from_text(reply["children"][0]["question"]) == pytest.approx(w.d_to_b(0.0))
 
 
 def test_judge_invalid_share():
     w = world(invalid_rate=0.3)
-    msgs = validity_messages("What is 2+3?", "5")
-    verdicts = [json.loads(w.respond("sim/j", msgs, key=f"j{i}", role="judge")) for i in range(2000)]
+    request = ValidityRequest("What is 2+3?", "5")
+    verdicts = [json.loads(w.respond("sim/j", request, key=f"j{i}", role="judge")) for i in range(2000)]
     share = np.mean([not v["well_posed"] for v in verdicts])
     assert abs(share - 0.3) < 0.04 and all("SIMULATED" in v["reason"] for v in verdicts)
 
 
 def test_format_failures_count_as_wrong():
     w = world(format_failure_rate=1.0)
-    text = w.respond("sim/strong", answer_messages(ITEMS[0]), key="k", role="panel", item=ITEMS[0])
+    text = w.respond("sim/strong", AnswerRequest(ITEMS[0]), key="k", role="panel")
     result = grade(ITEMS[0], text)
     assert result.label == "incorrect" and "no final answer" in result.reason  # SPEC 6: the model's fault
 
@@ -128,10 +129,12 @@ def test_sim_through_the_client_is_cached(tmp_path):
 
     async def go():
         client = ModelClient(tmp_path / "c.sqlite", sim=w)
-        a = await client.complete_rollouts(model, answer_messages(ITEMS[0]), n=3, item=ITEMS[0])
-        b = await client.complete_rollouts(model, answer_messages(ITEMS[0]), n=3, item=ITEMS[0])
-        rw = await client.complete_json(ModelConfig(model="sim/rw"), rewrite_messages(ITEMS[0], target=5.0),
-                                        lambda o: o["children"], role="rewriter")
+        answer = AnswerRequest(ITEMS[0])
+        a = await client.complete_rollouts(model, answer.messages(), n=3, request=answer)
+        b = await client.complete_rollouts(model, answer.messages(), n=3, request=answer)
+        rewrite = RewriteRequest.build(ITEMS[0], target=5.0)
+        rw = await client.complete_json(ModelConfig(model="sim/rw"), rewrite.messages(), lambda o: o["children"],
+                                        role="rewriter", request=rewrite)
         await client.aclose()
         return a, b, rw
 
@@ -139,3 +142,10 @@ def test_sim_through_the_client_is_cached(tmp_path):
     assert all(r.simulated and not r.cached for r in a) and all(r.cached for r in b)
     assert [r.text for r in a] == [r.text for r in b]
     assert len(rw.parsed) == 4
+
+
+def test_grader_reads_the_reference_and_the_response_from_its_request():
+    item = Item(id="o", question="Name the colour of the sky.", answer="Blue", format="open")
+    verdicts = [json.loads(world().respond("sim/g", GradeRequest(item, response), key="g", role="grader"))
+                for response in ("It is blue.", "It is green.")]
+    assert [v["label"] for v in verdicts] == ["correct", "incorrect"]

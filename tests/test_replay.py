@@ -49,12 +49,12 @@ def test_replay_panel_answers_at_the_real_pass_rate_and_the_rewriter_proposes_po
     pool = [it.id for it in items[::3]]
     world = ReplayWorld(rates, models, items, true_b, pool, seed=0, b_range=(-3.0, 3.0), noise=0.1)
     assert world.p_correct(f"sim/{models[1]}", items[5]) == pytest.approx(rates[1, 5])
-    from benchfill.models.prompts import rewrite_messages
+    from benchfill.models.requests import RewriteRequest
 
     parent = items[30]  # true b ~ 0
     for target, sign in ((9.5, 1), (0.5, -1)):
-        msgs = rewrite_messages(parent, target=target, parent_difficulty=5.0, references=[], n_children=4)
-        reply = json.loads(world.respond("sim/rewriter", msgs, key=f"k{target}", role="rewriter"))
+        request = RewriteRequest.build(parent, target=target, parent_difficulty=5.0, n_children=4)
+        reply = json.loads(world.respond("sim/rewriter", request, key=f"k{target}", role="rewriter"))
         kids = reply["children"]
         assert len(kids) == 4 and len({k["question"] for k in kids}) == 4
         by_text = {text_key(it.question): i for i, it in enumerate(items)}

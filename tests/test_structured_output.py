@@ -145,16 +145,17 @@ def test_structured_output_off_sends_no_format(stub, tmp_path):
 
 def test_simulated_models_keep_their_cache_keys(tmp_path):
     from benchfill.graphs.fill import Children
-    from benchfill.models.prompts import rewrite_messages
+    from benchfill.models.requests import RewriteRequest
     from benchfill.models.sim import SimWorld
 
     item = Item(id="p1", question="What is 2 + 3?", answer="5", format="numeric")
-    messages = rewrite_messages(item, target=5.0)
+    request = RewriteRequest.build(item, target=5.0)
+    messages = request.messages()
     model = ModelConfig(model="sim/rw")
 
     async def go():
         client = ModelClient(tmp_path / "c.sqlite", sim=SimWorld({}, seed=0))
-        res = await client.complete_json(model, messages, Children, role="rewriter", item=item)
+        res = await client.complete_json(model, messages, Children, role="rewriter", request=request)
         key = client.key_for(model, messages)
         await client.aclose()
         return res, key

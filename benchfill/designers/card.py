@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from benchfill.aio import run_sync
 from benchfill.data import Item
+from benchfill.designers.requests import CardRequest
 from benchfill.designers.text import detect_language, term_sets, terms
 from benchfill.errors import InputError, from_validation_error
 
@@ -286,19 +287,13 @@ async def label_items(items: Sequence[Item], client: "ModelClient", cfg: "ModelC
     """Ask the card model to label every item (batches of ``batch``; cached calls). Items the model skips or
     labels badly keep no label (the caller falls back to keywords for them)."""
     import asyncio
-    import json
 
-    from benchfill.models.prompts import default_library
-
-    lib = prompts or default_library()
     chunks = [items[i: i + batch] for i in range(0, len(items), batch)]
 
     async def one(chunk: Sequence[Item]) -> dict[str, ItemLabel]:
-        rows = [{"id": it.id, "question": it.question.strip()[:600],
-                 **({"existing_label": hints[it.id]} if hints and hints.get(it.id) else {})} for it in chunk]
-        messages = lib.messages("designer_card", items=json.dumps(rows, ensure_ascii=False, indent=1),
-                                n_items=len(rows))
-        res = await client.complete_json(cfg, messages, _label_validator, role="card")
+        request = CardRequest.build(chunk, hints)
+        res = await client.complete_json(cfg, request.messages(prompts), _label_validator, role="card",
+                                         request=request)
         if not res.ok or res.parsed is None:
             return {}
         wanted = {it.id for it in chunk}

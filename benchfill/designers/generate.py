@@ -26,8 +26,8 @@ from pydantic import BaseModel, Field
 
 from benchfill.data import Item, ItemFormat, infer_format
 from benchfill.designers.quotas import FORMATS, INTENTS, Plan, Slot, batches, deficits
+from benchfill.designers.requests import DesignRequest
 from benchfill.designers.validate import static_problems
-from benchfill.models.prompts import LETTERS
 
 if TYPE_CHECKING:  # pragma: no cover
     from benchfill.designers.card import DomainCard
@@ -167,23 +167,7 @@ class StemIndex:
             self._postings.setdefault(g, []).append(key)
 
 
-# ----------------------------------------------------------------------------------------------- prompts
-
-
-def design_messages(card_text: str, slots: Sequence[Slot], *, n_options: int, language: str, round_no: int,
-                    library: "PromptLibrary | None" = None) -> list[dict[str, str]]:
-    """The designer request for one batch of slots (prompts/designer_generate.txt)."""
-    from benchfill.models.prompts import default_library
-
-    lib = library or default_library()
-    note = "" if round_no == 0 else (
-        f"\nThis is top-up round {round_no}: earlier items for these specifications were missing, malformed or "
-        "duplicates of other items. Write new, different items.\n")
-    return lib.messages(
-        "designer_generate", card=card_text, n_items=len(slots),
-        specs=json.dumps([s.as_spec() for s in slots], ensure_ascii=False, indent=1),
-        n_options=n_options, letters=", ".join(LETTERS[:n_options]), language=language, round_note=note,
-    )
+# ----------------------------------------------------------------------------------------------- replies
 
 
 def reply_items(obj: Any) -> list[Any]:
@@ -366,9 +350,9 @@ async def generate_suite(
         chunks = batches(todo, batch_size)
 
         async def ask(chunk: list[Slot], rnd: int = round_no) -> "CallResult":
-            msgs = design_messages(card_text, chunk, n_options=n_options, language=card.language, round_no=rnd,
-                                   library=library)
-            return await client.complete_json(designer, msgs, reply_items, role="designer", max_reasks=max_reasks)
+            request = DesignRequest(card_text, tuple(chunk), n_options, card.language, rnd)
+            return await client.complete_json(designer, request.messages(library), reply_items, role="designer",
+                                              max_reasks=max_reasks, request=request)
 
         results = await asyncio.gather(*(ask(c) for c in chunks))
         stats["requests"] += len(chunks)
@@ -402,5 +386,5 @@ def suite_counts(records: Sequence[DesignedItem]) -> Mapping[str, int]:
     return out
 
 
-__all__ = ["DesignedItem", "StemIndex", "design_messages", "generate_suite", "normalise_stem", "parse_element",
+__all__ = ["DesignedItem", "StemIndex", "generate_suite", "normalise_stem", "parse_element",
            "parse_reply", "record_id", "reply_items", "shingles", "jaccard", "suite_counts"]

@@ -3,8 +3,8 @@
 :class:`DesignerSimWorld` extends the models layer's :class:`~benchfill.models.sim.SimWorld` (it adds roles,
 changes none) so the real pipeline — prompts, cache, re-asks, grading, checks, IRT — runs end to end:
 
-- ``designer``: reads the ``<specifications>`` JSON of the real designer prompt and replies with the JSON that
-  prompt asks for. Planted per designer (``[sim.designers.<name>]``, :class:`SimDesignerConfig`): a broken-item
+- ``designer``: reads the specifications of its :class:`~benchfill.designers.requests.DesignRequest` (never the
+  prompt's text) and replies with the JSON the designer prompt asks for. Planted per designer (``[sim.designers.<name>]``, :class:`SimDesignerConfig`): a broken-item
   rate split over flaw kinds (static: missing answer, wrong option count, gold not among the options; dynamic:
   gold incorrect, ambiguous, not well posed), a difficulty skew, pure-noise items (no discrimination), duplicate
   stems, whole replies that are not JSON, off-spec items, a *style* that gives its own answerer
@@ -20,8 +20,10 @@ changes none) so the real pipeline — prompts, cache, re-asks, grading, checks,
   self_bonus / (answerers of the family)); a correct answer gives the item's TRUE answer (so a wrong gold marks
   the panel wrong), an ambiguous item's correct answer is either defensible answer, a not-well-posed item gets
   guesses.
-- ``item_judge``: the planted truth (optionally wrong at ``judge_error_rate``).
-- ``card``: labels seed items from their words (category = the existing label, else the first content term).
+- ``item_judge`` (:class:`~benchfill.designers.requests.ItemJudgeRequest`): the planted truth (optionally wrong at
+  ``judge_error_rate``).
+- ``card`` (:class:`~benchfill.designers.requests.CardRequest`): labels seed items from their words (category = the
+  existing label, else the first content term).
 
 Each designed item carries its ground truth in the JSON field ``"sim"`` (kept in the item's metadata); answers
 and verdicts are pure functions of (seed, model, call key), so reruns and resumes are identical.
@@ -32,12 +34,14 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 
 from benchfill.data import Item, guessing_rate
 from benchfill.designers.config import FLAWS, DesignersConfig, DesignerSimConfig, SimDesignerConfig
+from benchfill.designers.requests import CardRequest, DesignRequest, ItemJudgeRequest
+from benchfill.models.requests import AnswerRequest, ModelRequest
 from benchfill.models.sim import SIM_LABEL, SIM_PREFIX, SimWorld, _rng, _u, render_answer
 
 _VOCAB = (
@@ -48,9 +52,6 @@ _VOCAB = (
     "garden river meadow canyon glacier summit valley island forest desert market bridge tower engine rocket "
     "comet planet nebula quasar photon proton neutron enzyme protein genome neuron synapse molecule crystal alloy"
 ).split()
-_SPECS = re.compile(r"<specifications>\s*(.*?)\s*</specifications>", re.DOTALL)
-_ITEMS = re.compile(r"<items>\s*(.*?)\s*</items>", re.DOTALL)
-_N_OPTIONS = re.compile(r"exactly (\d+) options")
 
 
 def _name(model: str) -> str:
@@ -101,32 +102,27 @@ class DesignerSimWorld(SimWorld):
 
     # ------------------------------------------------------------------------------------------- dispatch
 
-    def respond(self, model: str, messages: Sequence[Mapping[str, Any]], *, key: str, role: str,
-                item: Item | None = None) -> str:
-        if role == "designer":
-            return self._design(_name(model), _first_user(messages), key)
-        if role == "item_judge":
-            return self._item_judge(_name(model), key, item)
-        if role == "card":
-            return self._card(_first_user(messages))
-        if role == "panel" and item is not None and isinstance(item.metadata.get("sim"), dict):
-            return self._answer_designed(model, key, item)
-        return super().respond(model, messages, key=key, role=role, item=item)
+    def respond(self, model: str, request: ModelRequest | None, *, key: str, role: str) -> str:
+        """The simulated reply to one call, from its typed request (the designers' own, else the base world's)."""
+        if isinstance(request, DesignRequest):
+            return self._design(_name(model), request, key)
+        if isinstance(request, ItemJudgeRequest):
+            return self._item_judge(_name(model), key, request.item)
+        if isinstance(request, CardRequest):
+            return self._card(request)
+        if isinstance(request, AnswerRequest) and isinstance(request.item.metadata.get("sim"), dict):
+            return self._answer_designed(model, key, request.item)
+        return super().respond(model, request, key=key, role=role)
 
     # ------------------------------------------------------------------------------------------- designer
 
-    def _design(self, name: str, prompt: str, key: str) -> str:
+    def _design(self, name: str, request: DesignRequest, key: str) -> str:
         cfg = self.designers.get(name, SimDesignerConfig())
         rng = _rng(self.seed, "design", name, key)
         if rng.random() < cfg.malformed_rate:
             return f"{SIM_LABEL} designer: Sure! Here are some great questions for your benchmark. 1) What is ..."
-        m = _SPECS.search(prompt)
-        try:
-            specs = json.loads(m.group(1)) if m else []
-        except json.JSONDecodeError:
-            specs = []
-        asked = _N_OPTIONS.search(prompt)
-        n_opt = int(asked.group(1)) if asked else 4
+        specs = request.specs
+        n_opt = request.n_options
         items = []
         prev_question: str | None = None
         for pos, spec in enumerate(specs):
@@ -322,8 +318,8 @@ class DesignerSimWorld(SimWorld):
 
     # ------------------------------------------------------------------------------------------- judge / card
 
-    def _item_judge(self, name: str, key: str, item: Item | None) -> str:
-        truth = item.metadata.get("sim") if item is not None else None
+    def _item_judge(self, name: str, key: str, item: Item) -> str:
+        truth = item.metadata.get("sim")
         flaw = truth.get("flaw", "none") if isinstance(truth, dict) else "none"
         verdict = {"gold_incorrect": "gold_incorrect", "ambiguous": "ambiguous", "none": "clean"}.get(
             flaw, "not_well_posed")
@@ -339,30 +335,18 @@ class DesignerSimWorld(SimWorld):
             verdict = others[int(_u(self.seed, "judge-pick", name, key) * len(others)) % len(others)]
         return json.dumps({"verdict": verdict, "reason": f"{SIM_LABEL} verdict (planted flaw: {flaw})"})
 
-    def _card(self, prompt: str) -> str:
+    def _card(self, request: CardRequest) -> str:
         from benchfill.designers.text import terms
 
-        m = _ITEMS.search(prompt)
-        try:
-            rows = json.loads(m.group(1)) if m else []
-        except json.JSONDecodeError:
-            rows = []
         labels = []
-        for row in rows:
-            words = terms(str(row.get("question", "")))
+        for entry in request.entries:
+            words = terms(entry.question)
             longest = sorted(set(words), key=lambda w: (-len(w), w))
             labels.append({
-                "id": row.get("id"),
-                "category": row.get("existing_label") or (words[0].title() if words else "General"),
+                "id": entry.id,
+                "category": entry.existing_label or (words[0].title() if words else "General"),
                 "subdomain": longest[0] if longest else "general",
                 "terms": longest[:3],
             })
         return json.dumps({"labels": labels, "note": f"{SIM_LABEL} labels"})
 
-
-def _first_user(messages: Sequence[Mapping[str, Any]]) -> str:
-    """The original request of a conversation (a re-ask appends turns; the specifications are in the first)."""
-    for m in messages:
-        if m.get("role") == "user":
-            return str(m.get("content", ""))
-    return str(messages[-1].get("content", "")) if messages else ""

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from benchfill.data import Item
+from benchfill.designers.requests import ItemJudgeRequest
 from benchfill.models.grading import _gold_letters, normalize_short, parse_number, parse_structured
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -215,15 +216,9 @@ def panel_summary(answers: Sequence[Answer], limit: int = 8) -> str:
     return ", ".join(parts) if parts else "(no answers)"
 
 
-def judge_messages(item: Item, flags: Sequence[str], answers: Sequence[Answer],
-                   library: "PromptLibrary | None" = None) -> list[dict[str, str]]:
-    from benchfill.models.prompts import default_library, format_choices
-
-    lib = library or default_library()
-    options = f"<options>\n{format_choices(item.choices)}\n</options>" if item.choices else ""
-    return lib.messages("designer_item_judge", question=item.question.strip(), options=options,
-                        reference_answer=item.answer, flags=", ".join(flags) or "none",
-                        panel_answers=panel_summary(answers))
+def judge_request(item: Item, flags: Sequence[str], answers: Sequence[Answer]) -> ItemJudgeRequest:
+    """The item judge's request for ``item``: the flags that sent it for review and how the panel answered."""
+    return ItemJudgeRequest(item, tuple(flags), panel_summary(answers))
 
 
 @dataclass
@@ -272,9 +267,9 @@ async def judge_items(
             to_judge.append((v, rec.to_item()))
 
     async def ask(v: ItemVerdict, item: Item) -> None:
-        msgs = judge_messages(item, v.flags, by_item.get(item.id, []), library)
-        res = await client.complete_json(judge, msgs, judge_validator, role="item_judge", item=item,
-                                         max_reasks=max_reasks)
+        request = judge_request(item, v.flags, by_item.get(item.id, []))
+        res = await client.complete_json(judge, request.messages(library), judge_validator, role="item_judge",
+                                         request=request, max_reasks=max_reasks)
         if res.ok and res.parsed is not None:
             v.judge, v.judge_reason = res.parsed["verdict"], res.parsed["reason"] or None
             v.status = v.judge

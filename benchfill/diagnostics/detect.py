@@ -22,7 +22,7 @@ p = (1 + #{T* >= T}) / (1 + B), which is a valid p-value (the observed labelling
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -30,6 +30,9 @@ from pydantic import BaseModel, ConfigDict
 from benchfill.data import ResponseMatrix
 from benchfill.errors import InputError
 from benchfill.importers import load_responses
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 DEFAULT_PERMUTATIONS = 100_000
 _CHUNK_CELLS = 2_000_000  # permutations x items drawn at once: ~16 MB of int64, keeps memory flat for any B
@@ -52,7 +55,8 @@ class DetectionResult(BaseModel):
         seed: the seed of the permutation draws (None when a Generator was passed in).
         model_a, model_b: names, filled in by the response-file helpers.
 
-    Serialised with ``model_dump`` / ``model_dump_json`` (the ``--json`` of ``benchfill detect``).
+    Serialised with ``model_dump`` / ``model_dump_json`` (the ``--json`` of ``benchfill detect``); printed with rich,
+    the table ``benchfill detect`` shows.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -70,6 +74,25 @@ class DetectionResult(BaseModel):
     seed: int | None
     model_a: str | None = None
     model_b: str | None = None
+
+    def __rich__(self) -> RenderableType:
+        """What ``benchfill detect`` shows: a title line and the table of the test."""
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        # the title as its own line: a table's title wraps to the (narrow) table's width
+        title = Text(f"local progress: {self.model_b} (B) vs {self.model_a} (A)")
+        table = Table()
+        table.add_column("quantity")
+        table.add_column("value", justify="right")
+        table.add_row("items (informative)", f"{self.n_items} ({self.n_informative})")
+        table.add_row("accuracy A / B", f"{self.accuracy_a:.4f} / {self.accuracy_b:.4f}")
+        table.add_row("gain (points)", f"{self.gain:+.3f}")
+        table.add_row("p-value (one-sided)", f"{self.p_value:.5g}")
+        table.add_row("permutations", f"{self.n_permutations:,} (seed {self.seed})")
+        table.add_row(f"B better at alpha={self.alpha:g}", "[green]yes[/]" if self.significant else "[yellow]no[/]")
+        return Group(title, table)
 
 
 def _counts(name: str, x: np.ndarray | Sequence[int]) -> np.ndarray:

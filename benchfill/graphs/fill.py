@@ -62,7 +62,8 @@ from benchfill.models.config import ModelConfig, RunConfig
 from benchfill.models.evaluate import Progress, run_evaluation
 from benchfill.models.failures import CallsFailed
 from benchfill.models.panel import PanelEngine, PanelJob
-from benchfill.models.prompts import PromptLibrary, rewrite_messages, validity_messages
+from benchfill.models.prompts import PromptLibrary
+from benchfill.models.requests import RewriteRequest, ValidityRequest
 
 Method = Literal["benchfill", "baseline"]
 NODES = ("propose_gaps", "seed_memory", "select_parents", "rewrite", "validate", "label", "place", "stop",
@@ -269,17 +270,16 @@ def rewrite(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
 
     async def one(pi: int, parent: MemoryItem):
         refs = [] if blind else select_references(list(memory.values()), t, parent.id, p.references)
-        parent_item = _as_item(ctx, parent)
-        messages = rewrite_messages(
-            parent_item, target=None if blind else to_display(t, p.display_scale),
+        request = RewriteRequest.build(
+            _as_item(ctx, parent), target=None if blind else to_display(t, p.display_scale),
             parent_difficulty=None if blind else to_display(parent.d, p.display_scale),
             references=[(r.question, to_display(r.d, p.display_scale)) for r in refs],
-            n_children=p.children_per_parent, library=ctx.prompts,
+            n_children=p.children_per_parent,
         )
         # the round and gap enter the sample index so every round asks afresh (a new cache key)
         res = await ctx.client.client.complete_json(
-            rewriter, messages, Children, role="rewriter",
-            sample_index=_sample(state, pi), item=parent_item, schema=children_schema(p.children_per_parent),
+            rewriter, request.messages(ctx.prompts), Children, role="rewriter",
+            sample_index=_sample(state, pi), request=request, schema=children_schema(p.children_per_parent),
         )
         return pi, parent, res
 
@@ -324,8 +324,9 @@ def validate(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     cands = _children(ctx, state)
 
     async def one(cand: CandidateRecord):
-        messages = validity_messages(cand.question or "", cand.answer or "", ctx.prompts)
-        return cand, await ctx.client.client.complete_json(judge, messages, Verdict, role="judge")
+        request = ValidityRequest(cand.question or "", cand.answer or "")
+        return cand, await ctx.client.client.complete_json(judge, request.messages(ctx.prompts), Verdict,
+                                                           role="judge", request=request)
 
     results = ctx.client.run(_all(one(c) for c in cands))
     _stop_on_failed_calls(r for _, r in results)

@@ -12,6 +12,7 @@ from rich.tree import Tree
 
 from benchfill.memory.bank import REVIEW_APPROVALS_NEEDED
 from benchfill.memory.views import GapTrace, ReviewEntry, ReviewItem
+from benchfill.progress import Event
 
 
 def _f(x: float | None, nd: int = 3) -> str:
@@ -37,7 +38,11 @@ class FillLive:
         )
         return t
 
-    def update(self, event: dict[str, Any]) -> None:
+    def update(self, progress: Event) -> None:
+        """Show a node's report (the ``payload`` of the search's ``node`` events; other events are not its)."""
+        if progress.kind != "node":
+            return
+        event: dict[str, Any] = progress.payload
         if event.get("node") == "propose_gaps":
             self.state.pop("best_deviation", None)
             self.state.pop("best_p", None)

@@ -11,7 +11,7 @@ the budget-matched baseline), and summarise it Table-2 style. Everything lives i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,6 +32,7 @@ from benchfill.memory.bank import MemoryBank
 from benchfill.memory.record import CHOSEN_GAP_STATUSES, GapStatus
 from benchfill.models.config import ModelConfig, RunConfig, load_config, validate_config
 from benchfill.models.prompts import PromptLibrary
+from benchfill.options import FillOptions
 
 MEMORY_DB = "memory.sqlite"
 CHECKPOINTS_DB = "checkpoints.sqlite"
@@ -40,27 +41,22 @@ SIM_BANNER = "SIMULATED: every model in this run is the offline simulated world,
 
 
 @dataclass(frozen=True)
-class FillOptions:
+class FillInputs:
+    """A run's files and its options (:class:`benchfill.options.FillOptions`, the command's)."""
+
     items: Path
     responses: Path
     config: Path
     out: Path
-    models: int | None = 12
-    models_file: Path | None = None
-    n_gaps: int = 3
-    sampler: str = ""
-    seed: int = 0
-    compare: bool = False
-    resume: bool = False
-    allow_floor_gaps: bool = False
+    options: FillOptions
 
     def fingerprint(self, prompts: str | None = None) -> dict[str, Any]:
         """What must not change between a run and its resume (``prompts``: the config's override templates'
         digest, :meth:`PromptLibrary.overrides_digest`)."""
+        o = self.options
         out = {"items": file_digest(self.items), "responses": file_digest(self.responses),
-               "config": file_digest(self.config), "models": self.models,
-               "models_file": file_digest(self.models_file), "n_gaps": self.n_gaps, "sampler": self.sampler,
-               "seed": self.seed}
+               "config": file_digest(self.config), "models": o.models,
+               "models_file": file_digest(o.models_file), "n_gaps": o.gaps, "sampler": o.sampler, "seed": o.seed}
         if prompts is not None:  # only with overrides: a run on the built-in templates keeps its fingerprint
             out["prompts"] = prompts
         return out
@@ -131,26 +127,27 @@ def _check_panel(config: RunConfig, models: list[str], items: Path) -> list[Mode
 class FillRun:
     """Set up (or reopen) a run folder; ``run()`` executes the searches; ``summary()`` reports them."""
 
-    def __init__(self, opts: FillOptions, on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
-        self.opts = opts
-        self.out = opts.out
+    def __init__(self, inputs: FillInputs, on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.inputs = inputs
+        opts = self.opts = inputs.options
+        self.out = inputs.out
         self.on_event = on_event  # the nodes' progress events (LangGraph's custom stream), e.g. the CLI's display
-        config = load_config(opts.config)
+        config = load_config(inputs.config)
         need = ("rewriter", "judge") if config.simulated else ("rewriter", "judge", "panel")
         validate_config(config, need=need)
         self.config = config
         self.params = search_params(config)
-        prescreen.require(self.params.prescreen, str(config.source or opts.config))
+        prescreen.require(self.params.prescreen, str(config.source or inputs.config))
         prompt_library = PromptLibrary.from_config(config)
-        if opts.n_gaps < 1:
-            raise InputError(str(opts.config), f"--gaps {opts.n_gaps}: must be at least 1")
+        if opts.gaps < 1:
+            raise InputError(str(inputs.config), f"--gaps {opts.gaps}: must be at least 1")
         memory_path = self.out / MEMORY_DB
         if memory_path.exists() and not opts.resume:
             raise InputError(str(self.out), "a run already exists in this folder: add --resume to continue it, "
                                             "or choose another --out")
         if opts.resume and not memory_path.exists():
-            opts = self.opts = replace(opts, resume=False)  # nothing to continue: --resume starts the run
-        responses, items = load_panel(opts.responses, opts.items, opts.models, opts.models_file)
+            opts = self.opts = opts.model_copy(update={"resume": False})  # nothing to continue: --resume starts the run
+        responses, items = load_panel(inputs.responses, inputs.items, opts.models, opts.models_file)
         assert items is not None
         all_items = items
         self.replay = None
@@ -164,8 +161,8 @@ class FillRun:
             responses, items = self.replay.benchmark, [it for it in items if it.id not in pool]
         self.model_selection = responses.meta.get("selection")  # which models were kept (the CLI says so)
         # the labelling panel, checked before the run folder is made (the simulated one is built from the scale)
-        checked_panel = None if config.simulated else _check_panel(config, list(responses.models), opts.items)
-        fingerprint = opts.fingerprint(prompt_library.overrides_digest())
+        checked_panel = None if config.simulated else _check_panel(config, list(responses.models), inputs.items)
+        fingerprint = inputs.fingerprint(prompt_library.overrides_digest())
         if opts.resume:
             self.bank = MemoryBank(memory_path)
             if self.bank.meta("fingerprint") != fingerprint:
@@ -177,8 +174,8 @@ class FillRun:
             self.bank = MemoryBank.create(
                 memory_path, fingerprint=fingerprint, simulated=config.simulated,
                 config=config.model_dump(mode="json", exclude={"source"}), rewriter=config.role("rewriter").label,
-                judge=config.role("judge").label, params=self.params.model_dump(), n_gaps=opts.n_gaps,
-                items=str(opts.items), responses=str(opts.responses))
+                judge=config.role("judge").label, params=self.params.model_dump(), n_gaps=opts.gaps,
+                items=str(inputs.items), responses=str(inputs.responses))
         self.diagnosis, self.scale = self._diagnosis(responses, items)
         by_id = {it.id: it for it in items}
         self.items: list[Item] = [by_id[i] for i in self.scale.item_ids]
@@ -189,7 +186,7 @@ class FillRun:
         # resolution read the same placements
         self.attainable = panel_attainable_d(self.scale, self.panel)
         if not opts.allow_floor_gaps:
-            self.floor_gaps = refuse_floor_gaps(self.diagnosis, self.panel, opts.n_gaps, str(opts.responses),
+            self.floor_gaps = refuse_floor_gaps(self.diagnosis, self.panel, opts.gaps, str(inputs.responses),
                                                 self.attainable)
         sim: Any = None  # the replay world or the simulated one
         if self.replay is not None:
@@ -211,7 +208,6 @@ class FillRun:
                 {it.item_id: it.b for it in self.diagnosis.items}, seed=(s.seed if s else 0) + opts.seed,
                 b_range=(self.scale.b_min, self.scale.b_max), **kwargs,
             )
-            sim.register_items(self.items)
         from benchfill.models.client import SyncModelClient
 
         self.client = SyncModelClient(self.out / MEMORY_DB, sim=sim)
@@ -244,7 +240,7 @@ class FillRun:
         dg = self.diagnosis
         shown = ", ".join(f"[{g.lo:.3f}, {g.hi:.3f}]" + (" (at the panel's floor: passed over)"
                                                         if (g.lo, g.hi) in self.floor_gaps else "")
-                          for g in dg.gaps[: self.opts.n_gaps + len(self.floor_gaps)])
+                          for g in dg.gaps[: self.opts.gaps + len(self.floor_gaps)])
         return (f"diagnosis ({len(dg.items)} items, {len(self.scale.models)} models; {self.out / 'diagnosis.json'}): "
                 f"largest gaps {shown}; the search re-ranks the gaps after each insertion")
 
@@ -260,7 +256,7 @@ class FillRun:
         method = self.opts.sampler or SamplerSettings().method  # "" (the default) = the library default, fast
         spec = IRTSpec.for_items(responses.item_ids, items)
         dg, fit = diagnose(responses, spec, SamplerSettings(method=method, seed=self.opts.seed))
-        scale = Scale.from_fit(fit, source=str(self.opts.responses))
+        scale = Scale.from_fit(fit, source=str(self.inputs.responses))
         dg.files = {"json": str(json_path), "png": str(self.out / "diagnosis.png"), "scale": str(scale_path)}
         scale.save(scale_path)
         plot_diagnosis(dg, self.out / "diagnosis.png")
@@ -269,16 +265,16 @@ class FillRun:
 
     def run(self) -> dict[str, Any]:
         targets = [(g.lo, g.hi) for g in self.diagnosis.gaps if (g.lo, g.hi) not in self.floor_gaps]
-        fixed = [] if self.params.sequential else targets[: self.opts.n_gaps]
-        if not self.params.sequential and len(fixed) < self.opts.n_gaps:
-            raise InputError(str(self.opts.responses), f"--gaps {self.opts.n_gaps}: the diagnosis lists only "
+        fixed = [] if self.params.sequential else targets[: self.opts.gaps]
+        if not self.params.sequential and len(fixed) < self.opts.gaps:
+            raise InputError(str(self.inputs.responses), f"--gaps {self.opts.gaps}: the diagnosis lists only "
                                                        f"{len(fixed)} gaps")
         ckpt = self.out / CHECKPOINTS_DB
-        bf = run_search(self.ctx, ckpt, FillState(method="benchfill", n_gaps=self.opts.n_gaps, fixed_gaps=fixed),
+        bf = run_search(self.ctx, ckpt, FillState(method="benchfill", n_gaps=self.opts.gaps, fixed_gaps=fixed),
                         resume=self.opts.resume, on_event=self.on_event)
         if self.opts.compare:
             rounds = [g.rounds or 0 for g in self.bank.gaps("benchfill")]
-            run_search(self.ctx, ckpt, FillState(method="baseline", n_gaps=self.opts.n_gaps, fixed_gaps=fixed,
+            run_search(self.ctx, ckpt, FillState(method="baseline", n_gaps=self.opts.gaps, fixed_gaps=fixed,
                                                  budget_rounds=rounds), resume=self.opts.resume,
                        on_event=self.on_event)
         summary = self.summary(final_state=bf)
@@ -292,7 +288,7 @@ class FillRun:
         self.client.close()
 
     def summary(self, final_state: FillState | None = None) -> dict[str, Any]:
-        return summarise(self.bank, self.d, self.opts.n_gaps, self.simulated, self.diagnosis,
+        return summarise(self.bank, self.d, self.opts.gaps, self.simulated, self.diagnosis,
                          replay=self.replay is not None)
 
 

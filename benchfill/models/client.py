@@ -42,7 +42,7 @@ from benchfill.models.failures import CallFailure, FailureKind, MalformedReply, 
 from benchfill.models.replies import reply_json
 
 if TYPE_CHECKING:  # pragma: no cover
-    from benchfill.data import Item
+    from benchfill.models.requests import ModelRequest
     from benchfill.models.sim import SimWorld
     from benchfill.models.vllm_backend import VLLMBackend
 
@@ -285,6 +285,24 @@ def refuses_format(exc: BaseException) -> bool:
     return not is_retryable(exc) or _VALIDATION.search(text) is not None
 
 
+# ----------------------------------------------------------------------------------------------- offline worlds
+
+
+def offline_key(model: str, messages: list[dict[str, Any]], params: Mapping[str, Any], sample_index: int,
+                request: "ModelRequest | None") -> str:
+    """The key an offline world (simulated, replay) draws a call's randomness from: the cache key of the same call
+    worded by the built-in templates, i.e. the request's own messages followed by the turns the conversation added
+    after its prompt (a re-ask's rejected reply and reason). With the built-in templates this is the call's cache
+    key; with an override template it is still the built-in one's, so a reworded prompt changes what a real model
+    reads (and the cache key) but not what an offline model answers. A call without a request draws from its cache
+    key."""
+    if request is None:
+        return call_key(model, messages, params, sample_index)
+    # a prompt is a system and a user message; the first assistant turn starts what the conversation added
+    added = next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages))
+    return call_key(model, [*request.messages(), *messages[added:]], params, sample_index)
+
+
 # ----------------------------------------------------------------------------------------------- the client
 
 
@@ -421,17 +439,18 @@ class ModelClient:
     # ------------------------------------------------------------------------------------------- calls
 
     async def complete(self, cfg: ModelConfig, messages: Messages, *, sample_index: int = 0, role: str = "panel",
-                       item: "Item | None" = None, params: Mapping[str, Any] | None = None) -> CallResult:
+                       request: "ModelRequest | None" = None, params: Mapping[str, Any] | None = None) -> CallResult:
         """One chat call (rollout ``sample_index``), from the cache when it was made before.
 
-        ``params`` adds per-call parameters (e.g. ``response_format``); they enter the cache key. ``item`` is
-        passed to the simulated world only (it never enters the key). Failures come back in ``.error``, except a
-        refused ``response_format``: :class:`FormatRefused` (see :meth:`complete_structured`).
+        ``params`` adds per-call parameters (e.g. ``response_format``); they enter the cache key. ``request`` is
+        what the messages ask, typed (:mod:`benchfill.models.requests`): the simulated and replay worlds read it
+        instead of the messages, the real backends ignore it, and it never enters the key. Failures come back in
+        ``.error``, except a refused ``response_format``: :class:`FormatRefused` (see :meth:`complete_structured`).
         """
         spec = self._spec(cfg)
         key_params = spec.key_params(sample_index, params)
-        request = [dict(m) for m in messages]  # plain dicts: what the key hashes and the backends send
-        key = call_key(cfg.model, request, key_params, sample_index)
+        wire = [dict(m) for m in messages]  # plain dicts: what the key hashes and the backends send
+        key = call_key(cfg.model, wire, key_params, sample_index)
         hit = self.cache.get(key)
         if hit is not None:
             # a sample that a vLLM batch (prefetch) drew in this session is reported once as a call made now
@@ -449,7 +468,7 @@ class ModelClient:
         future: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            result = await self._dispatch(spec, request, key_params, key, sample_index, role, item)
+            result = await self._dispatch(spec, wire, key_params, key, sample_index, role, request)
             future.set_result(result)
         except BaseException as exc:
             if not future.done():
@@ -460,31 +479,32 @@ class ModelClient:
             del self._inflight[key]
         return self._emit(result)
 
-    async def _dispatch(self, spec: _Spec, request: list[dict[str, Any]], params: dict[str, Any], key: str,
-                        sample_index: int, role: str, item: "Item | None") -> CallResult:
+    async def _dispatch(self, spec: _Spec, wire: list[dict[str, Any]], params: dict[str, Any], key: str,
+                        sample_index: int, role: str, request: "ModelRequest | None") -> CallResult:
         cfg = spec.cfg
         if cfg.backend == "sim":
-            return self._call_sim(cfg, request, params, key, sample_index, role, item)
+            return self._call_sim(cfg, wire, params, key, sample_index, role, request)
         if cfg.backend == "vllm":
-            await self._vllm_batch(cfg, [(request, [sample_index])], role=role, override=params)
+            await self._vllm_batch(cfg, [(wire, [sample_index])], role=role, override=params)
             hit = self.cache.get(key)
             if hit is None:  # pragma: no cover - the batch stores every sample or raises
                 return CallResult(None, error="vLLM produced no output", key=key, model=cfg.model, role=role)
             self._fresh.discard(key)
             return CallResult(hit.text, hit.tokens_in, hit.tokens_out, 0.0, hit.latency_s, False, None, key,
                               cfg.model, role, sample_index, 1, finish_reason=hit.finish_reason)
-        return await self._call_litellm(spec, request, params, key, sample_index, role)
+        return await self._call_litellm(spec, wire, params, key, sample_index, role)
 
-    def _call_sim(self, cfg: ModelConfig, request: list[dict[str, Any]], params: dict[str, Any], key: str,
-                  sample_index: int, role: str, item: "Item | None") -> CallResult:
+    def _call_sim(self, cfg: ModelConfig, wire: list[dict[str, Any]], params: dict[str, Any], key: str,
+                  sample_index: int, role: str, request: "ModelRequest | None") -> CallResult:
         if self.sim is None:
             raise InputError("<config>", f"{cfg.model} is a simulated model but no simulated world is configured")
         t0 = time.perf_counter()
-        text = self.sim.respond(cfg.model, request, key=key, role=role, item=item)
+        text = self.sim.respond(cfg.model, request, key=offline_key(cfg.model, wire, params, sample_index, request),
+                                role=role)
         latency = time.perf_counter() - t0
-        tokens_in = sum(len(str(m.get("content", ""))) for m in request) // 4
+        tokens_in = sum(len(str(m.get("content", ""))) for m in wire) // 4
         tokens_out = len(text) // 4
-        self.cache.put(key, model=cfg.model, role=role, sample_index=sample_index, messages=request, params=params,
+        self.cache.put(key, model=cfg.model, role=role, sample_index=sample_index, messages=wire, params=params,
                        text=text, tokens_in=tokens_in, tokens_out=tokens_out, cost=0.0, latency_s=latency, attempts=1,
                        simulated=True)
         return CallResult(text, tokens_in, tokens_out, 0.0, latency, False, None, key, cfg.model, role, sample_index,
@@ -561,7 +581,7 @@ class ModelClient:
         return [form for form in SCHEMA_FORMS if form not in refused] + [None]
 
     async def complete_structured(self, cfg: ModelConfig, messages: Messages, schema: Any = None, *,
-                                  sample_index: int = 0, role: str = "judge", item: "Item | None" = None,
+                                  sample_index: int = 0, role: str = "judge", request: "ModelRequest | None" = None,
                                   params: Mapping[str, Any] | None = None) -> CallResult:
         """:meth:`complete` asking for JSON that matches ``schema`` (a pydantic model class) through
         ``response_format``, in the first form (:data:`SCHEMA_FORMS`) the model accepts; a refused form is
@@ -573,7 +593,7 @@ class ModelClient:
             if form is not None:
                 extra["response_format"] = response_format(schema, form)
             try:
-                return await self.complete(cfg, messages, sample_index=sample_index, role=role, item=item,
+                return await self.complete(cfg, messages, sample_index=sample_index, role=role, request=request,
                                            params=extra or None)
             except FormatRefused:
                 self._refused_forms.setdefault((cfg.model, tuple(cfg.endpoints())), set()).add(str(form))
@@ -581,21 +601,21 @@ class ModelClient:
 
     async def complete_json(self, cfg: ModelConfig, messages: Messages, validator: Any = None, *,
                             sample_index: int = 0, role: str = "judge", max_reasks: int = 2,
-                            item: "Item | None" = None, params: Mapping[str, Any] | None = None,
+                            request: "ModelRequest | None" = None, params: Mapping[str, Any] | None = None,
                             schema: Any = None) -> CallResult:
         """A call whose reply must be JSON accepted by ``validator`` (a callable that returns the value or raises
         ValueError, or a pydantic model class). ``schema`` (a pydantic model class; default: ``validator`` when it
         is one) is sent as ``response_format`` where the provider takes it (:meth:`complete_structured`). A
         rejected reply is re-asked — the conversation plus the reply and the reason — at most ``max_reasks``
         times; ``.parsed`` holds the value, ``.error`` says why there is none. Every re-ask is a cached call of
-        its own, so a resumed run replays the same conversation."""
+        its own, so a resumed run replays the same conversation; a re-ask carries the same ``request``."""
         if schema is None and is_model_class(validator):
             schema = validator
         convo = [dict(m) for m in messages]
         result = CallResult(None, error="no call made")
         for round_ in range(max_reasks + 1):
             result = await self.complete_structured(cfg, convo, schema, sample_index=sample_index, role=role,
-                                                    item=item, params=params)
+                                                    request=request, params=params)
             if not result.ok:
                 return result
             try:
@@ -612,14 +632,14 @@ class ModelClient:
         return replace(result, error=f"malformed output after {max_reasks} re-asks: {reason}", parsed=None)
 
     async def complete_rollouts(self, cfg: ModelConfig, messages: Messages, *, n: int | None = None,
-                                role: str = "panel", item: "Item | None" = None,
+                                role: str = "panel", request: "ModelRequest | None" = None,
                                 params: Mapping[str, Any] | None = None) -> list[CallResult]:
         """All ``n`` (default ``cfg.rollouts``) samples of one prompt; a vLLM model draws them in one batch."""
         n = cfg.rollouts if n is None else n
         if cfg.backend == "vllm":
             await self.prefetch(cfg, [(messages, range(n))], role=role, params=params)
         return list(await asyncio.gather(*(
-            self.complete(cfg, messages, sample_index=k, role=role, item=item, params=params) for k in range(n)
+            self.complete(cfg, messages, sample_index=k, role=role, request=request, params=params) for k in range(n)
         )))
 
     async def prefetch(self, cfg: ModelConfig, requests: Sequence[tuple[Messages, Sequence[int]]], *,

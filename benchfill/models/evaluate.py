@@ -120,7 +120,6 @@ async def run_evaluation(
         from benchfill.models.sim import SimWorld
 
         sim = SimWorld.from_config(config.sim or SimConfig())
-        sim.register_items(items)
     progress = progress or Progress()
     own_client = client is None
     client = client or ModelClient(CallCache(out / CALLS_DB), sim=sim)

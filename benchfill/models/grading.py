@@ -884,12 +884,13 @@ class Grader:
             return _wrong("judge", why or "empty response")
         if self.client is None or self.judge is None:
             return _skip("judge", "open answer needs a grader model (none configured)")
-        from benchfill.models.prompts import grade_judge_messages
+        from benchfill.models.requests import GradeRequest
 
-        messages = grade_judge_messages(item, text, library=self.prompts)
+        request = GradeRequest(item, text)
+        messages = request.messages(self.prompts)
         result = await self.client.complete_json(
             self.judge, messages, _judge_validator, sample_index=0, role="grader", max_reasks=self.max_reasks,
-            schema=JudgeReply,
+            schema=JudgeReply, request=request,
         )
         if not result.ok or result.parsed is None:
             return GradeResult("skip", 0.0, "judge", None, f"judge failed: {result.error}", failure="judge",

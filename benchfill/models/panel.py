@@ -29,7 +29,8 @@ from benchfill.models.client import CallResult, ModelClient
 from benchfill.models.config import ModelConfig
 from benchfill.models.failures import CallFailure, FailureKind
 from benchfill.models.grading import Grader, GradeResult
-from benchfill.models.prompts import PromptLibrary, answer_messages
+from benchfill.models.prompts import PromptLibrary
+from benchfill.models.requests import AnswerRequest
 
 
 @dataclass(frozen=True)
@@ -61,14 +62,15 @@ class PanelAnswer:
         return CallFailure(self.grade.failure_kind or FailureKind.JUDGE, self.grade.reason or "judge failed")
 
 
-async def _answer_and_grade(client: ModelClient, grader: Grader, model: ModelConfig, item: Item,
+async def _answer_and_grade(client: ModelClient, grader: Grader, model: ModelConfig, request: AnswerRequest,
                             messages: list[dict[str, str]], fingerprint: str, sample_index: int
                             ) -> tuple[CallResult, GradeResult]:
     """One panel answer (rollout ``sample_index``) and its grade; both come from the cache when known.
 
     A failed call is a ``skip``; a judge failure is not stored, so a rerun asks again (its successful calls are
     cached anyway). The answer is graded from the stored reply, after it was committed."""
-    result = await client.complete(model, messages, sample_index=sample_index, role="panel", item=item)
+    item = request.item
+    result = await client.complete(model, messages, sample_index=sample_index, role="panel", request=request)
     if not result.ok:
         return result, GradeResult("skip", 0.0, "call", None, f"call failed: {result.error}", failure="call",
                                    failure_kind=result.failure().kind)
@@ -92,7 +94,8 @@ class PanelEngine:
         self.client = client
         self.grader = grader
         self.items = list(items)
-        self.messages = [answer_messages(it, prompts) for it in self.items]
+        self.requests = [AnswerRequest(it) for it in self.items]
+        self.messages = [r.messages(prompts) for r in self.requests]
         self.fingerprints = [grader.fingerprint(it) for it in self.items]
 
     @staticmethod
@@ -115,7 +118,7 @@ class PanelEngine:
 
         async def ask(n: int) -> None:
             job = jobs[n]
-            result, grade = await _answer_and_grade(self.client, self.grader, job.model, self.items[job.item],
+            result, grade = await _answer_and_grade(self.client, self.grader, job.model, self.requests[job.item],
                                                    self.messages[job.item], self.fingerprints[job.item], job.rollout)
             answer = PanelAnswer(job, result, grade)
             out[n] = answer

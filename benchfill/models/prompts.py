@@ -13,6 +13,9 @@ Built-in names: ``answer_mcq``, ``answer_math``, ``answer_numeric``, ``answer_sh
 by item format), ``rewrite`` (the BenchFill rewriter: target on a 0-10 scale, parent, up to 16 references,
 children as JSON), ``rewrite_blind`` (the budget-matched baseline: no difficulty feedback), ``validity_judge``
 (well posed + reference answer correct, JSON verdict) and ``grade_judge`` (rubric grading, JSON {label, score}).
+
+A template is only the wording of a call: what the call asks is its typed request (:mod:`benchfill.models.requests`),
+which renders itself with these functions (``request.messages(library)``) and is what the offline worlds read.
 """
 
 from __future__ import annotations
@@ -153,6 +156,14 @@ def format_choices(choices: Sequence[str]) -> str:
     return "\n".join(f"{LETTERS[i]}. {c}" for i, c in enumerate(choices))
 
 
+def shown_question(item: Item) -> str:
+    """An item as the rewrite and grading prompts show it: its question, then its options for multiple choice."""
+    question = item.question.strip()
+    if item.choices:
+        question += "\n\nOptions:\n" + format_choices(item.choices)
+    return question
+
+
 def answer_messages(item: Item, library: PromptLibrary | None = None) -> list[dict[str, str]]:
     """The messages that ask a panel model to answer ``item``, by its format."""
     lib = library or _DEFAULT
@@ -181,10 +192,8 @@ def rewrite_messages(
     """The rewriter request. ``target`` and ``parent_difficulty`` are on the 0-10 scale (10 x normalised d);
     ``target=None`` gives the budget-matched baseline prompt (``rewrite_blind``: no difficulty feedback)."""
     lib = library or _DEFAULT
-    common: dict[str, Any] = {"parent_question": parent.question.strip(), "parent_answer": parent.answer,
+    common: dict[str, Any] = {"parent_question": shown_question(parent), "parent_answer": parent.answer,
                               "n_children": n_children}
-    if parent.choices:
-        common["parent_question"] += "\n\nOptions:\n" + format_choices(parent.choices)
     if target is None:
         return lib.messages("rewrite_blind", **common)
     return lib.messages(
@@ -202,10 +211,7 @@ def validity_messages(question: str, reference_answer: str, library: PromptLibra
 def grade_judge_messages(item: Item, response: str, rubric: str | None = None,
                          library: PromptLibrary | None = None) -> list[dict[str, str]]:
     """The grading judge's request for one (item, response); ``rubric`` defaults to ``item.metadata['rubric']``."""
-    question = item.question.strip()
-    if item.choices:
-        question += "\n\nOptions:\n" + format_choices(item.choices)
     return (library or _DEFAULT).messages(
-        "grade_judge", question=question, reference_answer=item.answer, response=response,
+        "grade_judge", question=shown_question(item), reference_answer=item.answer, response=response,
         rubric=rubric or item.metadata.get("rubric") or DEFAULT_RUBRIC,
     )

@@ -9,9 +9,10 @@ what real items (their own discrimination, guessing, misfit) do to the search. T
 - panel: model m answers item i correctly with probability k_mi / n_mi, the real pass rate over the matrix's
   ~1,100 rollouts (``sim/<name>`` is the real model ``name``); answers are rendered in gradable form and graded by
   the real grader;
-- rewriter: reads the target (0-10) and the parent from the real rewrite prompt, aims at
-  ``b_parent + step (b_target - b_parent) + noise z`` (without a target, ``b_parent + scatter z``) and proposes a pool
-  item whose TRUE difficulty is among the ``choices`` nearest to that aim: a real item, its own text and answer;
+- rewriter: reads the target (0-10) and the parent from the call's typed :class:`RewriteRequest` (never from the
+  prompt's text), aims at ``b_parent + step (b_target - b_parent) + noise z`` (without a target,
+  ``b_parent + scatter z``) and proposes a pool item whose TRUE difficulty is among the ``choices`` nearest to that
+  aim: a real item, its own text and answer;
 - judge: a validity verdict (invalid for ``invalid_rate`` of children, at random: the pool items are real and valid).
 
 An item's TRUE difficulty is where unlimited labelling by the panel would place it on the benchmark's scale: every
@@ -30,7 +31,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from benchfill.data import Item, ResponseMatrix
-from benchfill.models.sim import _BLOCK, _CHILDREN, _TARGET, SimWorld, _rng, text_key
+from benchfill.models.requests import RewriteRequest
+from benchfill.models.sim import SimWorld, _rng, text_key
 
 REPLAY_LABEL = "REPLAY"
 REPLAY_BANNER = ("REPLAY: the panel replays real models' answers (their pass rates over the full response matrix) "
@@ -104,7 +106,6 @@ class ReplayWorld(SimWorld):
         pool = set(pool_ids)
         self.pool = np.array([i for i, it in enumerate(self.items) if it.id in pool])
         self.choices = choices
-        self.register_items(self.items)
 
     def _index(self, item: Item) -> int:
         i = self.row.get(text_key(item.question))
@@ -121,20 +122,15 @@ class ReplayWorld(SimWorld):
         j = self.models.index(model.removeprefix("sim/"))
         return float(self.rates[j, self._index(item)])
 
-    def _rewrite(self, model: str, prompt: str, key: str) -> str:
-        block = _BLOCK["parent"].search(prompt)
-        parent_text = (block.group(1).strip() if block else prompt).split("\n\nOptions:\n")[0]
-        parent = self.row.get(text_key(parent_text))
+    def _rewrite(self, model: str, request: RewriteRequest, key: str) -> str:
+        parent = self.row.get(text_key(request.parent.question))
         parent_b = float(self.true_b[parent]) if parent is not None else 0.0
-        target = _TARGET.search(prompt)
-        m = _CHILDREN.search(prompt)
-        n = int(m.group(1)) if m else 4
         rng = _rng(self.seed, "replay-rewrite", model, key)
         children, used = [], {parent}
-        for _ in range(n):
+        for _ in range(request.n_children):
             z = float(rng.standard_normal())
-            if target is not None:
-                aim = parent_b + self.step * (self.d_to_b(float(target.group(1)) / 10.0) - parent_b) + self.noise * z
+            if request.target is not None:
+                aim = parent_b + self.step * (self.d_to_b(request.target / 10.0) - parent_b) + self.noise * z
             else:
                 aim = parent_b + self.scatter * z
             free = np.array([i for i in self.pool if i not in used])

@@ -4,19 +4,26 @@ SIMULATED.
 benchfill/models/README.md: tests, the demo and search-efficiency benchmarks need LLM stand-ins, and no PyPI package ships a
 small generative model. A :class:`SimWorld` holds an ability theta per simulated model and a latent difficulty b
 per item, and plays every role through the same :class:`~benchfill.models.client.ModelClient` path as a real
-model, so the real prompts, cache, grading and IRT code all run:
+model, so the real prompts, cache, grading and IRT code all run. It reads each call's typed request
+(:mod:`benchfill.models.requests`), never the prompt's text, so a reworded prompt template changes nothing here:
 
-- panel: answers correctly with probability ``c + (1 - c) sigmoid(theta - b)`` (c = 1/k for k-option multiple
-  choice, else 0) — the gold answer in a gradable form (``\\boxed{gold}``, ``Answer: C``) or a plausible wrong one;
-- rewriter: reads the target difficulty (0-10) and the parent from the real rewrite prompt and returns the JSON it
-  asks for; each child's latent b moves from the parent's toward the target, ``b + step (b_target - b) + noise z``;
-  without a target (the budget-matched baseline prompt) children scatter around the parent, ``b + scatter z``;
-- judge: a validity verdict, invalid for a configurable share of children;
-- grader: a rubric verdict for open answers (correct when the gold text appears in the response).
+- panel (:class:`AnswerRequest`): answers correctly with probability ``c + (1 - c) sigmoid(theta - b)`` (c = 1/k
+  for k-option multiple choice, else 0) — the gold answer in a gradable form (``\\boxed{gold}``, ``Answer: C``) or
+  a plausible wrong one;
+- rewriter (:class:`RewriteRequest`): returns the JSON the rewrite prompt asks for, ``n_children`` children whose
+  latent b moves from the parent's toward the target (0-10), ``b + step (b_target - b) + noise z``; without a target
+  (the budget-matched baseline) children scatter around the parent, ``b + scatter z``;
+- judge (:class:`ValidityRequest`): a validity verdict, invalid for a configurable share of children;
+- grader (:class:`GradeRequest`): a rubric verdict for open answers (correct when the gold text appears in the
+  response).
+
+A call without a request (plain messages through the client) gets a reply that says so: the world does not guess
+what a prompt asks.
 
 A child's latent difficulty travels in its text as ``[SIMULATED latent_b=+0.4312]``, so a resumed run — whose
 rewriter replies come from the cache, not from this object — still knows it. All randomness is a pure function of
-(seed, model, the call's cache key), so a rerun or a resume gives identical answers.
+(seed, model, the call's key), so a rerun or a resume gives identical answers; the key is the call's cache key as the
+built-in templates word it (:func:`~benchfill.models.client.offline_key`), so a prompt override leaves it alone.
 
 Build it from a fitted scale with :meth:`SimWorld.from_abilities` (theta by model name, b by item id), or from a
 config's ``[sim]`` section with :meth:`SimWorld.from_config`.
@@ -28,20 +35,16 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 
 from benchfill.data import Item, text_key
+from benchfill.models.requests import AnswerRequest, GradeRequest, ModelRequest, RewriteRequest, ValidityRequest
 
 SIM_LABEL = "SIMULATED"
 SIM_PREFIX = "sim/"
 _TAG = re.compile(r"\[SIMULATED latent_b=([+-]?\d+(?:\.\d+)?)\]")
-_TARGET = re.compile(r"Target difficulty:\s*([0-9]+(?:\.[0-9]+)?)\s*/\s*10")
-_BLOCK = {name: re.compile(rf"<{name}>\n?(.*?)\n?</{name}>", re.DOTALL)
-          for name in ("parent", "question", "reference_answer", "response")}
-_CHILDREN = re.compile(r"exactly (\d+) entries")
 
 
 def _u(*parts: Any) -> float:
@@ -67,12 +70,6 @@ def latent_from_text(text: str) -> float | None:
 
 def strip_tag(text: str) -> str:
     return _TAG.sub("", text).strip()
-
-
-@dataclass(frozen=True)
-class _Known:
-    item: Item
-    b: float
 
 
 class SimWorld:
@@ -106,7 +103,6 @@ class SimWorld:
         if b_range is None and len(self.difficulties) >= 2:
             b_range = (min(self.difficulties.values()), max(self.difficulties.values()))
         self.b_range = b_range or (-3.0, 3.0)
-        self._by_text: dict[str, _Known] = {}
 
     # ------------------------------------------------------------------------------------------- construction
 
@@ -124,11 +120,6 @@ class SimWorld:
             invalid_rate=sim.invalid_rate, format_failure_rate=sim.format_failure_rate,
             b_range=tuple(sim.b_range) if sim.b_range else None,
         )
-
-    def register_items(self, items: Iterable[Item]) -> None:
-        """Make items findable from prompt text (for calls made without ``item=``)."""
-        for item in items:
-            self._by_text[text_key(item.question)] = _Known(item, self.latent_b(item))
 
     # ------------------------------------------------------------------------------------------- the model
 
@@ -164,44 +155,21 @@ class SimWorld:
 
     # ------------------------------------------------------------------------------------------- dispatch
 
-    def respond(self, model: str, messages: Sequence[Mapping[str, Any]], *, key: str, role: str,
-                item: Item | None = None) -> str:
-        """The simulated reply to one call (deterministic in seed, model and ``key``)."""
-        prompt = str(messages[-1].get("content", "")) if messages else ""
-        kind = role
-        if kind not in ("panel", "rewriter", "judge", "grader"):
-            kind = self._guess_kind(prompt)
-        if kind == "rewriter":
-            return self._rewrite(model, prompt, key)
-        if kind == "judge":
-            return self._judge(model, prompt, key)
-        if kind == "grader":
-            return self._grade(prompt)
-        return self._answer(model, prompt, key, item)
-
-    @staticmethod
-    def _guess_kind(prompt: str) -> str:
-        if "<parent>" in prompt:
-            return "rewriter"
-        if "<reference_answer>" in prompt and "<response>" in prompt:
-            return "grader"
-        if "<reference_answer>" in prompt:
-            return "judge"
-        return "panel"
-
-    def _find_item(self, prompt: str) -> Item | None:
-        flat = " ".join(prompt.split())
-        for known in self._by_text.values():
-            if " ".join(known.item.question.split()) in flat:
-                return known.item
-        return None
+    def respond(self, model: str, request: ModelRequest | None, *, key: str, role: str) -> str:
+        """The simulated reply to one call (deterministic in seed, model and ``key``), from its typed request."""
+        if isinstance(request, AnswerRequest):
+            return self._answer(model, request.item, key)
+        if isinstance(request, RewriteRequest):
+            return self._rewrite(model, request, key)
+        if isinstance(request, ValidityRequest):
+            return self._judge(model, key)
+        if isinstance(request, GradeRequest):
+            return self._grade(request)
+        return unread_request(role, request)
 
     # ------------------------------------------------------------------------------------------- panel
 
-    def _answer(self, model: str, prompt: str, key: str, item: Item | None) -> str:
-        item = item or self._find_item(prompt)
-        if item is None:
-            return f"{SIM_LABEL}: this simulated model was not told the item (pass item=) and cannot answer."
+    def _answer(self, model: str, item: Item, key: str) -> str:
         if self.format_failure_rate and _u(self.seed, "fmt", model, key) < self.format_failure_rate:
             return f"{SIM_LABEL}: the simulated model rambles and gives no final answer."
         correct = _u(self.seed, "panel", model, key) < self.p_correct(model, item)
@@ -209,55 +177,49 @@ class SimWorld:
 
     # ------------------------------------------------------------------------------------------- rewriter
 
-    def _rewrite(self, model: str, prompt: str, key: str) -> str:
-        block = _BLOCK["parent"].search(prompt)
-        parent_text = block.group(1).strip() if block else prompt
-        parent_b = latent_from_text(parent_text)
-        parent_answer = ""
-        m = re.search(r"Reference answer of the parent:\s*(.*)", prompt)
-        if m:
-            parent_answer = m.group(1).strip()
-        if parent_b is None:
-            known = self._by_text.get(text_key(parent_text.split("\n\nOptions:\n")[0]))
-            parent_b = known.b if known else float(_rng(self.seed, "b", text_key(parent_text)).standard_normal())
-        target = _TARGET.search(prompt)
-        asked = _CHILDREN.search(prompt)
-        n = int(asked.group(1)) if asked else 4
+    def _rewrite(self, model: str, request: RewriteRequest, key: str) -> str:
+        parent_b = self.latent_b(request.parent)
         rng = _rng(self.seed, "rewrite", model, key)
+        base = strip_tag(request.parent_text)
         children = []
-        base = strip_tag(parent_text)
-        for k in range(n):
+        for k in range(request.n_children):
             z = float(rng.standard_normal())
-            if target is not None:
-                b_target = self.d_to_b(float(target.group(1)) / 10.0)
+            if request.target is not None:
+                b_target = self.d_to_b(request.target / 10.0)
                 b = parent_b + self.step * (b_target - parent_b) + self.noise * z
             else:
                 b = parent_b + self.scatter * z
             tag = f"[SIMULATED latent_b={b:+.4f}]"
             children.append({
                 "question": f"{base}\n{tag} (simulated variant {key[:8]}-{k})",
-                "answer": parent_answer,
+                "answer": request.parent_answer,
                 "rationale": f"{SIM_LABEL}: latent difficulty {b:+.3f}",
             })
         return json.dumps({"children": children}, ensure_ascii=False)
 
     # ------------------------------------------------------------------------------------------- judges
 
-    def _judge(self, model: str, prompt: str, key: str) -> str:
+    def _judge(self, model: str, key: str) -> str:
         valid = _u(self.seed, "judge", model, key) >= self.invalid_rate
         return json.dumps({
             "well_posed": valid, "answer_correct": valid,
             "reason": f"{SIM_LABEL} verdict ({'valid' if valid else 'marked invalid at random'})",
         })
 
-    def _grade(self, prompt: str) -> str:
-        ref = _BLOCK["reference_answer"].search(prompt)
-        resp = _BLOCK["response"].search(prompt)
+    def _grade(self, request: GradeRequest) -> str:
         from benchfill.models.grading import normalize_short
 
-        ok = bool(ref and resp and normalize_short(ref.group(1)) in normalize_short(resp.group(1)))
+        ok = normalize_short(request.item.answer) in normalize_short(request.response)
         return json.dumps({"label": "correct" if ok else "incorrect", "score": 1.0 if ok else 0.0,
                            "reason": f"{SIM_LABEL} grade"})
+
+
+def unread_request(role: str, request: ModelRequest | None) -> str:
+    """The offline worlds' reply to a call whose typed request they do not read (or that carries none): they never
+    guess from a prompt's text what it asks."""
+    given = f"a {type(request).__name__}, which it does not read" if request is not None else "no typed request"
+    return (f"{SIM_LABEL}: this offline {role} model was given {given} (ModelClient.complete(..., request=...)); "
+            "it reads what a call asks from its request, never from the prompt, and cannot answer.")
 
 
 def render_answer(item: Item, correct: bool, u: float) -> str:
