@@ -32,8 +32,6 @@ from benchfill.diagnostics.detect import DetectionResult
 from benchfill.diagnostics.report import Diagnosis
 from benchfill.errors import InputError, MissingExtra, did_you_mean, require_extra
 from benchfill.irt.placement import PlacedItem
-from benchfill.memory.record import ReviewStatus
-from benchfill.memory.views import GapTrace, ReviewEntry, ReviewItem
 from benchfill.options import DEFAULT_SAMPLER as DEFAULT_SAMPLER
 from benchfill.options import DIAGNOSIS_GAPS as DIAGNOSIS_GAPS
 from benchfill.options import check_fit_options as check_fit_options
@@ -44,6 +42,7 @@ if TYPE_CHECKING:  # annotations only: the LLM client stack (litellm, sqlite-uti
     from rich.console import RenderableType
 
     from benchfill.diagnostics.picture import Painter
+    from benchfill.memory.views import GapTrace, ReviewEntry, ReviewItem
     from benchfill.models.evaluate import EvaluationResult
 
 
@@ -588,6 +587,7 @@ def export(run_dir: str | Path, out: str | Path, *, hf: str | Path | None = None
     import json
 
     from benchfill.data import write_items
+    from benchfill.memory.record import ReviewStatus
     from benchfill.memory.trace import filled_benchmark, review_queue
 
     bank = _open_bank(run_dir)
@@ -619,6 +619,10 @@ class ReviewQueue(BaseModel):
     """The review queue of a fill run: BenchFill's chosen items in gap order, with the acceptance rule; printed with
     rich, the table ``benchfill review`` shows."""
 
+    # built on first use (:func:`review_queue`), where ReviewEntry is imported: the memory bank's models are not
+    # imported by `benchfill diagnose` (~0.06 s of a 1.8 s command)
+    model_config = ConfigDict(defer_build=True)
+
     rule: str
     queue: list[ReviewEntry]
 
@@ -648,7 +652,9 @@ def review_queue(run_dir: str | Path) -> ReviewQueue:
     """The review queue of a fill run (``benchfill review RUN``)."""
     from benchfill.memory.bank import REVIEW_RULE
     from benchfill.memory.trace import review_queue as _queue
+    from benchfill.memory.views import ReviewEntry
 
+    ReviewQueue.model_rebuild(_types_namespace={"ReviewEntry": ReviewEntry})
     bank = _open_bank(run_dir)
     try:
         return ReviewQueue(rule=REVIEW_RULE, queue=_queue(bank))
