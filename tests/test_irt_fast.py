@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy.integrate import quad
-from scipy.special import expit
+from scipy.special import expit, log_expit
 
 import benchfill.irt.fast as fast
 from benchfill.data import ResponseMatrix, select_models
@@ -20,7 +20,9 @@ PAPER = Population.paper()
 # a learned-looking population: wide, skewed, with a dip (a hole) near 1 logit
 BUMPY = Population("spline", 0.4, 2.4, -4.0, 0.5, np.array([0.8, -0.3, 0.5, 1.1, -0.4, -2.5, -2.8, 0.6, 1.2,
                                                             0.3, -0.9]), 1.0)
-PRIORS = pytest.mark.parametrize("prior", [PAPER, BUMPY], ids=["paper", "spline"])
+# the same with exponential tails (scale 2.4 / 0.7 = 3.4 logits each side): items beyond reach go far
+TAILED = Population("spline", 0.4, 2.4, -4.0, 0.5, BUMPY.coef, 1.0, 0.7, 0.7)
+PRIORS = pytest.mark.parametrize("prior", [PAPER, BUMPY, TAILED], ids=["paper", "spline", "tails"])
 
 
 def _simulate(n_items: int, rollouts: int, c: float, seed: int) -> tuple[ResponseMatrix, np.ndarray, np.ndarray]:
@@ -156,16 +158,35 @@ def test_conditional_draws_match_the_exact_conditional_posterior(prior):
     thetas = np.tile(mg.mode, (S, 1))
     draws, edge = fast.draw_difficulties(keys, mg.draw_blocks(thetas), thetas, rng)
     assert edge < -20
-    grid = np.linspace(-24, 26, 100001)
+    grid = np.linspace(-24, 26, 100001) if not prior.has_tails else np.linspace(-120, 130, 500001)
     for i in range(n_items):
-        p = c[i] + (1 - c[i]) * expit(mg.mode[:, None] - grid[None, :])
-        ll = (y[:, i, None] * np.log(p) + (n[:, i] - y[:, i])[:, None] * np.log1p(-p)).sum(0) + prior.log_density(grid)
+        x = mg.mode[:, None] - grid[None, :]
+        with np.errstate(divide="ignore"):  # log(c) = -inf for c = 0: logaddexp takes it
+            log_p = np.logaddexp(np.log(c[i]), np.log1p(-c[i]) + log_expit(x))
+        log_q = np.log1p(-c[i]) + log_expit(-x)  # log(1 - p), stable where p -> 1 far out in the tails
+        ll = (y[:, i, None] * log_p + (n[:, i] - y[:, i])[:, None] * log_q).sum(0) + prior.log_density(grid)
         w = np.exp(ll - ll.max())
         w /= w.sum()
         m = (w * grid).sum()
         sd = np.sqrt((w * (grid - m) ** 2).sum())
         assert abs(draws[:, i].mean() - m) < 4.5 * sd / np.sqrt(S), i
         assert abs(draws[:, i].std() / sd - 1) < 0.04, i
+
+
+def test_a_key_whose_window_runs_far_into_a_tail_gets_a_lattice_of_its_own():
+    """Under exponential tails a key no model solves has a window of ~50 logits against ~1-5 for measured keys;
+    pricing it alone spares its neighbours that width (the bundled MATH-500: 31,600 -> 18,600 window nodes)."""
+    rng = np.random.default_rng(8)
+    n = np.full((J, 300), 1100)
+    y = rng.binomial(n, expit(np.linspace(-2, 2, J)[:, None] - rng.normal(0, 1.5, 300)[None, :]))
+    y[:, 0] = 0  # solved by no model in 13,200 trials
+    keys = fast.reduce_items(y, n)
+    mg = fast.build_marginal(keys, TAILED)
+    lone = int(keys.item_key[0])
+    (home,) = [blk for blk in mg.model.blocks if lone in blk.keys]
+    assert list(home.keys) == [lone]
+    span = mg.windows.b - mg.windows.a
+    assert span[lone] > 5 * np.median(span)
 
 
 def test_cell_inversion_is_accurate_for_gaussians():

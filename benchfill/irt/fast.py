@@ -58,6 +58,7 @@ from benchfill.irt.prior import Population
 
 log = logging.getLogger(__name__)
 
+PEEL_RATIO = 2.0  # a key's window is priced alone only when it is this many times the next widest of its group
 PAD_SPAN_CAP = 10.0  # a window's pad for its shape's change is a tenth of its span, of at most this many logits
 LOG_CUT = 36.0  # window edge: nodes more than this many nats below the peak carry < 1e-15 of the mass
 H_FACTOR = 1.2  # node spacing = local posterior scale / 1.2 -> trapezoid error ~ exp(-2 pi^2 1.2^2) ~ 5e-13
@@ -789,7 +790,10 @@ def _peel_widest(g: np.ndarray, sg: dict, shape: Callable[[np.ndarray], dict], w
     for it (measured on the bundled MATH-500: 15,800 of 31,600 window nodes, 6 keys at the width of one)."""
     out = []
     while len(g) > 1:
-        k = int(np.argmax(win.b[g] - win.a[g]))
+        span = win.b[g] - win.a[g]
+        k = int(np.argmax(span))
+        if span[k] <= PEEL_RATIO * np.partition(span, -2)[-2]:  # no window stands out: pricing it costs more
+            break
         rest, alone = np.delete(g, k), g[k : k + 1]
         s_rest, s_alone = shape(rest), shape(alone)
         if s_rest["cost"] + s_alone["cost"] >= sg["cost"]:
