@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from benchfill.cli import app
-from benchfill.graphs.fill import NODES, graph_structure
+from benchfill.graphs.fill import GAP, GAP_NODES, NODES, graph_structure
 from benchfill.irt.simulate import simulate_responses
 
 runner = CliRunner()
@@ -41,10 +41,13 @@ confirm_max_rollouts = 12
 """
 
 
-def make_benchmark(folder: Path, n_items: int = 40, n_models: int = 6, seed: int = 0) -> tuple[Path, Path]:
-    """A small simulated benchmark with a planted hole in difficulty (items + responses files)."""
+def make_benchmark(folder: Path, n_items: int = 40, n_models: int = 6, seed: int = 0, hole: bool = True
+                   ) -> tuple[Path, Path]:
+    """A small simulated benchmark with a planted hole in difficulty (items + responses files); ``hole=False``: b
+    uniform over the models' range, so its largest gaps are narrow."""
     rng = np.random.default_rng(seed)
-    b = np.concatenate([rng.uniform(-2.5, -0.3, n_items // 2), rng.uniform(1.2, 2.5, n_items - n_items // 2)])
+    b = (np.concatenate([rng.uniform(-2.5, -0.3, n_items // 2), rng.uniform(1.2, 2.5, n_items - n_items // 2)])
+         if hole else rng.uniform(-2.5, 2.5, n_items))
     r = simulate_responses(np.linspace(-2, 2, n_models), b, 8, seed=seed)
     resp = folder / "responses.csv"
     r.to_long().to_csv(resp, index=False)
@@ -83,19 +86,23 @@ def fill(items, resp, cfg, out, *extra):
                                "--models", "6", *extra], catch_exceptions=False)
 
 
-def test_graph_has_one_node_per_step_and_a_loop_back():
+def test_graph_loops_over_the_gaps_around_a_subgraph_with_one_node_per_step():
     g = graph_structure()
-    assert g["nodes"] == sorted(NODES)
+    assert g["nodes"] == sorted(["propose_gaps", *(f"{GAP}:{n}" for n in GAP_NODES)])
     edges = {(a, b) for a, b, _ in g["edges"]}
-    assert ("stop", "select_parents") in edges and ("stop", "confirm") in edges and ("confirm", "finalize") in edges
-    assert ("finalize", "propose_gaps") in edges and ("propose_gaps", "__end__") in edges
-    chain = ["seed_memory", "select_parents", "rewrite", "validate", "label", "place", "stop"]
+    inner = {(f"{GAP}:{a}", f"{GAP}:{b}") for a, b in [("stop", "select_parents"), ("stop", "confirm"),
+                                                       ("confirm", "finalize")]}
+    assert inner <= edges
+    assert ("propose_gaps", f"{GAP}:seed_memory") in edges and (f"{GAP}:finalize", "propose_gaps") in edges
+    assert ("propose_gaps", "__end__") in edges
+    chain = [f"{GAP}:{n}" for n in ("seed_memory", "select_parents", "rewrite", "validate", "label", "place", "stop")]
     assert all((a, b) in edges for a, b in zip(chain, chain[1:]))
 
 
 def test_langgraph_json_names_a_graph_that_langgraph_tools_can_load():
     """langgraph.json -> a module-level compiled graph without a checkpointer (LangGraph's dev server refuses a
-    custom one), whose nodes take the state and the typed runtime context; no crash hook in production code."""
+    custom one), whose nodes are coroutine functions of the state and the typed runtime context; no crash hook in
+    production code."""
     import importlib.util
     import inspect
 
@@ -109,10 +116,13 @@ def test_langgraph_json_names_a_graph_that_langgraph_tools_can_load():
     loader.loader.exec_module(module)
     graph = getattr(module, attr)
     assert graph.checkpointer is None and graph.context_schema is fill_graph.FillContext
-    assert sorted(n for n in graph.get_graph().nodes if not n.startswith("__")) == sorted(NODES)
+    assert fill_graph.FillContext.__dataclass_params__.frozen  # no node changes the run's context
+    assert sorted(n for n in graph.get_graph(xray=True).nodes if not n.startswith("__")) == graph_structure()["nodes"]
+    assert sorted(fill_graph.NODE_FUNCTIONS) == sorted(NODES)
     for name, fn in fill_graph.NODE_FUNCTIONS.items():
         assert fn.__module__ == fill_graph.__name__ and fn.__qualname__ == fn.__name__, name  # not a closure
         assert list(inspect.signature(fn).parameters) == ["state", "runtime"], name
+        assert inspect.iscoroutinefunction(fn), name
     for src in (fill_graph.__file__, fill_graph.__file__.replace("fill.py", "run.py")):
         text = Path(src).read_text()
         assert "BENCHFILL_CRASH_AT" not in text and "_exit" not in text, src
@@ -398,10 +408,10 @@ def install_crash_hook(spec: str) -> None:
     node = fill_graph.NODE_FUNCTIONS[name]
 
     @functools.wraps(node)
-    def crashing(state, runtime):
+    async def crashing(state, runtime):
         runs[0] += 1
         armed[0] = runs[0] == int(nth or 1)
-        out = node(state, runtime)
+        out = await node(state, runtime)
         if armed[0]:
             os._exit(137)
         return out

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_fill import SIM_CONFIG, _chosen, _cli, _double_calls, config_error, fill, make_benchmark
+from test_fill import SIM_CONFIG, _chosen, _cli, _double_calls, app, config_error, fill, make_benchmark, runner
 
 from benchfill.graphs.adaptive import adaptive_label, expected_information, pick_models
 from benchfill.graphs.run import true_gap_figures
@@ -197,6 +197,49 @@ def test_full_vs_adaptive_on_the_same_gaps_over_seeds(tmp_path, bench):
             for mode, rows in figures.items()}
     print(json.dumps(mean))
     assert mean["adaptive"]["calls"] <= 0.7 * mean["full"]["calls"]
+
+
+def write_defaults(folder: Path, labelling: str) -> Path:
+    """The simulated config (8 children a round, 2 rounds, fixed gaps) with the confirmation's settings left to
+    the labelling's defaults."""
+    cfg = folder / f"{labelling}-defaults.toml"
+    cfg.write_text(SIM_CONFIG.format(invalid_rate=0.1, max_rounds=2, tolerance=0.01)
+                   .replace("confirm_max_rollouts = 12\n", "").replace("children_per_parent = 3", "children_per_parent = 4")
+                   + f'labelling = "{labelling}"\nsequential = false\n')
+    return cfg
+
+
+@pytest.mark.slow  # ~50 s: 8 whole fills
+def test_adaptive_at_equal_budget_is_at_least_as_close_in_truth_as_full(tmp_path):
+    """Issue 23's bar in the SIMULATED world (each child carries a planted latent b), with the paper's panel (12
+    models x 4 rollouts): on the same fixed gaps, seeds 0-3, adaptive labelling with its defaults (4 finalists
+    raced, the gap's budget what full labelling would have spent on the rounds its search ran) spends no more panel
+    calls in all than full labelling with the paper's defaults, and its chosen children are at least as close to
+    the target in truth on average. Each gap keeps to the budget written in its finalists.json."""
+    items, resp = make_benchmark(tmp_path, n_items=60, n_models=12, hole=False)
+    figures: dict[str, list[dict]] = {"full": [], "adaptive": []}
+    for seed in range(4):
+        for mode in figures:
+            out = tmp_path / f"{mode}{seed}"
+            res = runner.invoke(app, ["fill", str(items), "--responses", str(resp), "--config",
+                                      str(write_defaults(tmp_path, mode)), "--out", str(out), "--models", "12",
+                                      "--gaps", "2", "--allow-floor-gaps", "--seed", str(seed), "--sampler", "map"],
+                                catch_exceptions=False)
+            assert res.exit_code == 0, res.output
+            rows = true_gap_figures(out)
+            figures[mode] += rows
+            if mode == "adaptive":
+                for g in rows:
+                    raced = json.loads((out / "labels" / f"benchfill-g{g['gap']}-confirm" / "finalists.json")
+                                       .read_text())
+                    assert raced["budget"]["rule"] == "equal" and len(raced["finalists"]) == 4
+                    assert g["calls"] + g["confirm_calls"] <= raced["budget"]["calls"]
+    assert len(figures["adaptive"]) == len(figures["full"])  # the same gaps, each with a chosen child
+    calls = {mode: sum(g["calls"] + g["confirm_calls"] for g in rows) for mode, rows in figures.items()}
+    true = {mode: float(np.mean([g["true_dev"] for g in rows])) for mode, rows in figures.items()}
+    print(json.dumps({"calls": calls, "true_dev": true}))
+    assert calls["adaptive"] <= calls["full"]
+    assert true["adaptive"] <= true["full"]
 
 
 @pytest.mark.slow

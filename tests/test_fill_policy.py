@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 
 from benchfill.graphs.policy import (
+    CallBudget,
     SearchParams,
+    confirmation_cap,
+    gap_call_budget,
     oracle_insertions,
     propose_gaps,
     select_parents,
@@ -65,3 +68,32 @@ def test_oracle_and_top3_reduction_hand_case():
     assert top_k_reduction(d, ins, 3) == pytest.approx((0.9 - 0.5) / 0.9)
     # an item placed outside [0, 1] fills nothing
     assert top_k_reduction(d, [1.3], 3) == pytest.approx(0.0)
+
+
+def test_the_confirmation_cap_follows_successive_halving():
+    # one child, 12 models from 4 to 32 answers each: 12 x 28
+    assert confirmation_cap([4] * 12, 4, 32, 1) == 336
+    # 4 finalists: 4 then 2 then 1 raced, 4 answers per model and step, from 4 to 16 answers
+    assert confirmation_cap([4] * 12, 4, 16, 4) == (4 + 2 + 1) * 12 * 4
+    # a model that answered more in the search is asked only up to the level
+    assert confirmation_cap([4, 8], 4, 12, 1) == 8 + 4
+    assert confirmation_cap([4] * 12, 4, 0, 4) == 0  # no confirmation
+
+
+def test_each_labelling_has_its_confirmation_and_an_explicit_setting_wins():
+    assert SearchParams().confirmation == (1, 32, 0)  # the paper's setting
+    assert SearchParams(labelling="adaptive").confirmation == (4, 128, "equal")
+    explicit = SearchParams(labelling="adaptive", confirm_finalists=2, gap_call_budget=900)
+    assert explicit.confirmation == (2, 128, 900)
+
+
+def test_an_equal_budget_is_full_labellings_search_on_the_same_rounds_and_its_confirmation():
+    rollouts = [4] * 12
+    adaptive = SearchParams(labelling="adaptive")
+    # 30 valid children answered by 12 models x 4, and full labelling's confirmation (one child, to 32 answers)
+    assert gap_call_budget(adaptive, rollouts, 30) == CallBudget(30 * 48 + 336, "equal", 30 * 48, 336)
+    # the full arm it is measured against is this config's: its explicit confirmation settings count
+    wider = SearchParams(labelling="adaptive", confirm_max_rollouts=64)
+    assert gap_call_budget(wider, rollouts, 30).full_confirmation == 12 * 60
+    assert gap_call_budget(SearchParams(), rollouts, 30) == CallBudget(0, "none")
+    assert gap_call_budget(SearchParams(labelling="adaptive", gap_call_budget=500), rollouts, 30).calls == 500

@@ -44,7 +44,7 @@ crash, whose answers come from the call cache, takes the same decisions and make
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Generator, Sequence
 
 import numpy as np
 
@@ -126,17 +126,37 @@ def screening_order(predicted_b: np.ndarray | None, scale: Scale, target: float,
     return sorted(range(n_children), key=lambda i: (float(dist[i]), i))
 
 
+# Schedule = the rule step by step: it yields each step's batch, is sent the batch's answers, returns the result
+Schedule = Generator[list[tuple[int, int, int]], list[int | None], AdaptiveResult]
+
+
 def adaptive_label(scale: Scale, target: float, caps: Sequence[int], n_children: int, ask: Ask,
                    params: FillParams, incumbent_u: float = np.inf, predicted_b: np.ndarray | None = None,
                    predicted_sd: float = 1.0) -> AdaptiveResult:
-    """Label ``n_children`` children of one round adaptively (the rule in the module docstring).
+    """Label ``n_children`` children of one round adaptively, ``ask`` answering each step's batch (the arguments:
+    :func:`adaptive_schedule`, whose steps this drives)."""
+    schedule = adaptive_schedule(scale, target, caps, n_children, params, incumbent_u, predicted_b, predicted_sd)
+    try:
+        batch = next(schedule)
+        while True:
+            batch = schedule.send(ask(batch))
+    except StopIteration as done:
+        return done.value
+
+
+def adaptive_schedule(scale: Scale, target: float, caps: Sequence[int], n_children: int, params: FillParams,
+                      incumbent_u: float = np.inf, predicted_b: np.ndarray | None = None,
+                      predicted_sd: float = 1.0) -> Schedule:
+    """The adaptive labelling of ``n_children`` children of one round (the rule in the module docstring), step by
+    step: it yields each step's batch of (child, model, rollout), is sent their answers (1 correct, 0 wrong, None not
+    a trial) and returns the :class:`AdaptiveResult`. Whoever answers drives it: :func:`adaptive_label` with a
+    function, the fill's label node by awaiting the panel.
 
     Args:
         scale: the benchmark's scale (abilities fixed; ``scale.models`` is the column order).
         target: t on the normalised axis.
         caps: (J,) each model's rollouts: a child's cap is their sum (full labelling's answers per child); one
             model may answer one child up to ``adaptive_rollout_factor`` x its rollouts times.
-        ask: answers a batch; called once per step with every (child, model, rollout) of the step.
         incumbent_u: the smallest U of the gap's children placed in earlier rounds (inf if none).
         predicted_b, predicted_sd: the text pre-screen's predicted b of each child (logits) and its error SD
             (:mod:`benchfill.graphs.prescreen`), or None. It orders the work only: children are screened in waves
@@ -209,7 +229,7 @@ def adaptive_label(scale: Scale, target: float, caps: Sequence[int], n_children:
             for j in pick_models(info, caps_arr - asked[i], size):
                 plan.append((i, j, int(asked[i, j])))
                 asked[i, j] += 1
-        outcomes = ask(plan)
+        outcomes = yield plan
         for (i, j, _), o in zip(plan, outcomes):
             if o is not None:
                 n[i, j] += 1

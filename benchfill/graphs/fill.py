@@ -1,8 +1,9 @@
-"""BenchFill as a LangGraph state machine (README: BenchFill).
+"""BenchFill as a LangGraph state machine (README: BenchFill): a graph over the gaps whose node ``gap`` is the search
+of one gap, a compiled subgraph.
 
-    propose_gaps -> seed_memory -> select_parents -> rewrite -> validate -> label -> place -> stop?
-        stop? --continue--> select_parents          stop? --done--> confirm -> finalize -> propose_gaps
-        propose_gaps --all gaps done--> END
+    propose_gaps --a gap--> gap -> propose_gaps          propose_gaps --all gaps done--> END
+    gap:  seed_memory -> select_parents -> rewrite -> validate -> label -> place -> stop?
+              stop? --continue--> select_parents          stop? --done--> confirm -> finalize -> END
 
 Decisions are posterior probabilities: each placed child carries P(d inside the gap) and
 P(|d - t| <= tolerance); the best child is the one most likely within tolerance; ``confirm`` gives the chosen child
@@ -11,13 +12,16 @@ more rollouts until P(inside) reaches ``fill_level`` (or a cap); the gap is "fil
 
 The state (:class:`FillState`, pydantic) holds only small, serialisable progress; everything heavy lives in the
 memory bank (SQLite, :class:`benchfill.memory.bank.MemoryBank`) under deterministic ids, and every model call goes
-through the call cache. LangGraph's SQLite checkpointer saves the state after each node; a node interrupted by a
-crash is re-run from its start on resume, and since its model calls come from the cache and its writes are upserts,
+through the call cache. LangGraph's async SQLite checkpointer saves the state after each node (the subgraph's
+under its own namespace); a node interrupted by a crash is re-run from its start on resume (the gap's subgraph
+continues from its own last checkpoint), and since its model calls come from the cache and its writes are upserts,
 the resumed run ends exactly where an unbroken one would.
 
-The nodes are module-level functions of the state and LangGraph's runtime: what is not state (the benchmark, its
-scale, the models, the bank) is the run's :class:`FillContext`, the graph's ``context_schema``, passed as
-``context=`` when the graph runs. Progress events go out on LangGraph's custom stream (``stream_mode="custom"``).
+The nodes are module-level coroutine functions of the state and LangGraph's runtime, run by the graph's async API
+(:func:`search`) on one event loop: a node that calls models awaits them, the independent calls of a step at once
+(a round's rewrites, its children's verdicts, the panel's answers). What is not state (the benchmark, its scale,
+the models, the bank) is the run's :class:`FillContext`, the graph's ``context_schema``, passed as ``context=`` when
+the graph runs; no node changes it. Progress events go out on LangGraph's custom stream (``stream_mode="custom"``).
 :func:`studio_graph` (``langgraph.json``) is the same graph compiled without a checkpointer, for LangGraph's tools.
 
 The same graph runs the budget-matched baseline (``method="baseline"``): parents are always the existing items
@@ -31,10 +35,9 @@ import asyncio
 import functools
 import json
 import re
-import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, NamedTuple
+from typing import Any, AsyncIterator, Awaitable, Callable, Literal, NamedTuple
 
 import numpy as np
 from langgraph.runtime import Runtime
@@ -42,9 +45,11 @@ from pydantic import BaseModel, Field, create_model, model_validator
 
 from benchfill.data import Item, text_key
 from benchfill.diagnostics.null import gap_is_unfillable
-from benchfill.graphs.adaptive import adaptive_label
+from benchfill.graphs.adaptive import adaptive_schedule
 from benchfill.graphs.policy import (
+    CallBudget,
     SearchParams,
+    gap_call_budget,
     gap_design,
     propose_gaps,
     select_parents,
@@ -57,7 +62,7 @@ from benchfill.irt.placement import place_children
 from benchfill.irt.scale import Scale
 from benchfill.memory.bank import MemoryBank, MemoryItem
 from benchfill.memory.record import PLACED_STATUSES, CandidateRecord, CandidateStatus, GapStatus
-from benchfill.models.client import CallResult, SyncModelClient
+from benchfill.models.client import CallResult, ModelClient
 from benchfill.models.config import ModelConfig, RunConfig
 from benchfill.models.evaluate import Progress, run_evaluation
 from benchfill.models.failures import CallsFailed
@@ -66,8 +71,9 @@ from benchfill.models.prompts import PromptLibrary
 from benchfill.models.requests import RewriteRequest, ValidityRequest
 
 Method = Literal["benchfill", "baseline"]
-NODES = ("propose_gaps", "seed_memory", "select_parents", "rewrite", "validate", "label", "place", "stop",
-         "confirm", "finalize")
+GAP = "gap"  # the outer graph's node that runs one gap's search (the subgraph of GAP_NODES)
+GAP_NODES = ("seed_memory", "select_parents", "rewrite", "validate", "label", "place", "stop", "confirm", "finalize")
+NODES = ("propose_gaps", *GAP_NODES)
 
 
 class OpenGap(NamedTuple):
@@ -114,9 +120,31 @@ class FillState(BaseModel):
 
 
 @dataclass
+class Usage:
+    """The run's model usage so far, counted as each call's result arrives (the client's ``on_result``): a cached
+    call counts with the tokens and cost it had when it was made."""
+
+    calls: int = 0
+    cached: int = 0
+    tokens: int = 0
+    cost: float = 0.0
+
+    def add(self, result: CallResult) -> None:
+        self.calls += 1
+        self.cached += int(result.cached)
+        self.tokens += result.tokens_in + result.tokens_out
+        self.cost += result.cost or 0.0
+
+    def totals(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, eq=False)
 class FillContext:
     """Everything the nodes need that is not state: the benchmark, its scale, the models and the bank. The graph's
-    ``context_schema``: a node receives it as ``runtime.context`` (it is never checkpointed)."""
+    ``context_schema``: a node receives it as ``runtime.context``; it is never checkpointed and never changed (what
+    a run changes is the bank, the call cache and ``usage``, the meter the client feeds: built with
+    ``ModelClient(..., on_result=usage.add)``)."""
 
     items: list[Item]  # the benchmark's items, in the scale's item order
     d: np.ndarray  # (I,) their normalised difficulties
@@ -125,24 +153,22 @@ class FillContext:
     panel: list[ModelConfig]
     params: SearchParams
     bank: MemoryBank
-    client: SyncModelClient
+    client: ModelClient
+    usage: Usage
     prompts: PromptLibrary
     label_dir: Path
     prescreen: TextPrior | None = None  # [fill] prescreen: predicted b of a child's text (orders adaptive labelling)
     attainable_d: np.ndarray | None = None  # where the panel can place a child (None: too many to enumerate)
     skip_floor_gaps: bool = True  # gaps with no attainable placement inside are passed over (not: --allow-floor-gaps)
-    usage: dict[str, float] = field(default_factory=lambda: {"calls": 0, "cached": 0, "tokens": 0, "cost": 0.0})
 
-    def __post_init__(self) -> None:
-        self.by_id = {it.id: it for it in self.items}
-        self.text_keys = {text_key(it.question): it.id for it in self.items}  # the benchmark's own texts
-        self.client.client.on_result = self._count
+    @functools.cached_property
+    def by_id(self) -> dict[str, Item]:
+        return {it.id: it for it in self.items}
 
-    def _count(self, result: CallResult) -> None:
-        self.usage["calls"] += 1
-        self.usage["cached"] += int(result.cached)
-        self.usage["tokens"] += result.tokens_in + result.tokens_out
-        self.usage["cost"] += result.cost or 0.0
+    @functools.cached_property
+    def text_keys(self) -> dict[str, str]:
+        """The benchmark's own texts (:func:`benchfill.data.text_key`) -> item id."""
+        return {text_key(it.question): it.id for it in self.items}
 
 
 def candidate_id(method: str, gap: int, round_: int, parent: int, child: int) -> str:
@@ -197,14 +223,16 @@ class Verdict(BaseModel):
 
 # ------------------------------------------------------------------------------------------------- nodes
 #
-# Plain module-level functions of the state and LangGraph's runtime (``Runtime[FillContext]``: the run's context
+# Module-level coroutine functions of the state and LangGraph's runtime (``Runtime[FillContext]``: the run's context
 # comes in as ``runtime.context``, LangGraph's ``context_schema``). Each returns the state fields it changes and
-# reports its progress through LangGraph's stream writer (``stream_mode="custom"``).
+# reports its progress through LangGraph's stream writer (``stream_mode="custom"``). The nodes that call no model are
+# coroutines too: under the async API LangGraph runs a plain function in a worker thread, where a Ctrl-C or SIGTERM
+# would not stop it and the bank would be written from two threads.
 
 
 def _emit(runtime: Runtime[FillContext], **event: Any) -> None:
     """A progress event (with the run's usage so far) on LangGraph's custom stream."""
-    runtime.stream_writer({**event, **runtime.context.usage})
+    runtime.stream_writer({**event, **runtime.context.usage.totals()})
 
 
 def _memory_for(ctx: FillContext, state: FillState) -> list[MemoryItem]:
@@ -214,7 +242,7 @@ def _memory_for(ctx: FillContext, state: FillState) -> list[MemoryItem]:
     return seeds + ctx.bank.placed(state.method, state.gap_index)
 
 
-def propose(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+async def propose(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     ctx = runtime.context
     index = state.gap_index + 1
     if index > state.n_gaps:
@@ -239,7 +267,7 @@ def propose(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
             "tolerance": design.tolerance, "stop_reason": "", "stop": False}
 
 
-def seed_memory(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+async def seed_memory(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     ctx = runtime.context
     t = state.gap.target
     nearest_items = sorted(range(len(ctx.items)), key=lambda i: (abs(ctx.d[i] - t), ctx.items[i].id))
@@ -254,13 +282,13 @@ def seed_memory(state: FillState, runtime: Runtime[FillContext]) -> dict[str, An
     return {}
 
 
-def choose_parents(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+async def choose_parents(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     ctx = runtime.context
     parents = select_parents(_memory_for(ctx, state), state.gap.target, ctx.params.parents)
     return {"parents": [m.id for m in parents], "round": state.round + 1, "children": []}
 
 
-def rewrite(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+async def rewrite(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     ctx = runtime.context
     p = ctx.params
     memory = {m.id: m for m in _memory_for(ctx, state)}
@@ -277,13 +305,13 @@ def rewrite(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
             n_children=p.children_per_parent,
         )
         # the round and gap enter the sample index so every round asks afresh (a new cache key)
-        res = await ctx.client.client.complete_json(
+        res = await ctx.client.complete_json(
             rewriter, request.messages(ctx.prompts), Children, role="rewriter",
             sample_index=_sample(state, pi), request=request, schema=children_schema(p.children_per_parent),
         )
         return pi, parent, res
 
-    results = ctx.client.run(_all(one(pi, memory[pid]) for pi, pid in enumerate(state.parents)))
+    results = await asyncio.gather(*(one(pi, memory[pid]) for pi, pid in enumerate(state.parents)))
     _stop_on_failed_calls(r for _, _, r in results)
     # a child that repeats a benchmark item or an earlier child of this gap is that item, not a new one: it is
     # recorded and left out (labelling it again would count the same item's answers twice)
@@ -318,17 +346,17 @@ def rewrite(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     return {"children": ids}
 
 
-def validate(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+async def validate(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     ctx = runtime.context
     judge = ctx.config.role("judge")
     cands = _children(ctx, state)
 
     async def one(cand: CandidateRecord):
         request = ValidityRequest(cand.question or "", cand.answer or "")
-        return cand, await ctx.client.client.complete_json(judge, request.messages(ctx.prompts), Verdict,
-                                                           role="judge", request=request)
+        return cand, await ctx.client.complete_json(judge, request.messages(ctx.prompts), Verdict, role="judge",
+                                                    request=request)
 
-    results = ctx.client.run(_all(one(c) for c in cands))
+    results = await asyncio.gather(*(one(c) for c in cands))
     _stop_on_failed_calls(r for _, r in results)
     for cand, res in results:
         fields: dict[str, Any]
@@ -345,18 +373,17 @@ def validate(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     return {}
 
 
-def label(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+async def label(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     ctx = runtime.context
     cands = [c for c in _children(ctx, state)
              if c.status in (CandidateStatus.VALID, CandidateStatus.LABELLED, CandidateStatus.PLACED)]
     if cands and ctx.params.labelling == "adaptive":
-        _label_adaptive(ctx, state, cands)
+        await _label_adaptive(ctx, state, cands)
     elif cands:
         items = [_candidate_item(c) for c in cands]
         run_cfg = ctx.config.model_copy(update={"panel": ctx.panel})
         out = ctx.label_dir / f"{state.method}-g{state.gap_index}-r{state.round}"
-        result = ctx.client.run(run_evaluation(items, run_cfg, out, client=ctx.client.client,
-                                               progress=Progress()))
+        result = await run_evaluation(items, run_cfg, out, client=ctx.client, progress=Progress())
         if result.failed_calls:  # holes in the counts are no placement: stop, the resume asks again
             raise CallsFailed(result.failures)
         counts = _read_counts(Path(result.responses_path))
@@ -366,7 +393,7 @@ def label(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     return {}
 
 
-def place(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+async def place(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     ctx = runtime.context
     fresh = {c.id for c in _children(ctx, state) if c.status == CandidateStatus.LABELLED}
     if fresh:
@@ -417,7 +444,7 @@ def place_gap(ctx: FillContext, state: FillState, counts: dict[str, dict[str, li
     return out
 
 
-def stop(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+async def stop(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     ctx = runtime.context
     p = ctx.params
     if state.method == "baseline":
@@ -451,13 +478,14 @@ def _chosen(ctx: FillContext, state: FillState) -> CandidateRecord | None:
     return ctx.bank.best_candidate(state.method, state.gap_index, state.gap.target)
 
 
-def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
-    """Confirmation: the ``confirm_finalists`` children most likely within tolerance (the chosen one alone by
-    default) are answered ``confirm_step`` more times by every panel model, step by step; after each step all of the
-    gap's children are placed again and the weaker half of the finalists is dropped (successive halving, ordered as
+async def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+    """Confirmation: the ``confirm_finalists`` children most likely within tolerance (full labelling: the chosen one
+    alone; adaptive: four; :attr:`FillParams.confirmation`) are answered ``confirm_step`` more times by every panel
+    model, step by step; after each step all of the gap's children are placed again and the weaker half of the finalists is dropped (successive halving, ordered as
     :meth:`~benchfill.memory.bank.MemoryBank.best_candidate`). It ends when the leading finalist's P(d inside the
     gap) reaches ``fill_level``, when each model has answered the finalists ``confirm_max_rollouts`` times, or before
-    a step that would take the gap past ``gap_call_budget`` panel calls (search + confirmation). ``finalize`` then
+    a step that would take the gap past its call budget (search + confirmation; :func:`_call_budget`, logged in
+    ``finalists.json`` and ``confirm.json``). ``finalize`` then
     chooses among the re-placed children.
 
     Resumable: every answer goes through the call cache (rollout indices after the ones a child has), the finalists
@@ -466,20 +494,22 @@ def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     this node continues the same steps from the cache."""
     ctx = runtime.context
     p = ctx.params
-    if not p.confirm_max_rollouts:
+    conf = p.confirmation
+    if not conf.max_rollouts:
         return {}
+    budget = _call_budget(ctx, state)
     models = list(ctx.scale.models)
     out = _finalists_file(ctx, state).parent
     finalist_ids = _finalists(ctx, state)
     if finalist_ids is None:
         finalist_ids = [c.id for c in ctx.bank.top_candidates(state.method, state.gap_index, state.gap.target,
-                                                              p.confirm_finalists)]
+                                                              conf.finalists)]
         if not finalist_ids:
             return {}
         from benchfill.io import atomic_write_json
 
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(_finalists_file(ctx, state), {"finalists": finalist_ids})
+        atomic_write_json(_finalists_file(ctx, state), {"finalists": finalist_ids, "budget": asdict(budget)})
     records = {cid: ctx.bank.candidate(cid) for cid in finalist_ids}
     finalists = {cid: c for cid, c in records.items() if c is not None}
     before = {cid: {"p_inside": c.p_inside, "p_within": c.p_within, "d": c.d, "d_sd": c.d_sd}
@@ -512,15 +542,15 @@ def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
         racing, lead = [c.id for c in order], order[0]
         if (lead.p_inside or 0.0) >= p.fill_level:
             break
-        target_level = min(top + p.confirm_step, p.confirm_max_rollouts)
+        target_level = min(top + p.confirm_step, conf.max_rollouts)
         plan = [(i, j, r) for i, cid in enumerate(racing) for j, m in enumerate(models)
                 for r in range(next_index[cid][m], target_level)]
         if not plan:
             break  # every model has answered them confirm_max_rollouts times
-        if p.gap_call_budget and search_calls + confirm_calls() + len(plan) > p.gap_call_budget:
+        if budget.calls and search_calls + confirm_calls() + len(plan) > budget.calls:
             break  # the next step would pass the gap's budget
         items = [_candidate_item(finalists[cid]) for cid in racing]
-        for (i, j, r), a in zip(plan, _ask_panel(ctx, items, plan)):
+        for (i, j, r), a in zip(plan, await _ask_panel(ctx, items, plan)):
             cid, m = racing[i], models[j]
             next_index[cid][m] = max(next_index[cid][m], r + 1)
             if a is not None:  # None: the answer was not a trial (logged by the grader)
@@ -541,14 +571,14 @@ def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
         atomic_write_json(out / "confirm.json", {"child": leader, "finalists": finalist_ids, "models": models,
                                                  "before": before.get(first, {}), "before_finalists": before,
                                                  "steps": steps, "counts": counts.get(leader, {}) if leader else {},
-                                                 "counts_finalists": counts})
+                                                 "counts_finalists": counts, "budget": asdict(budget)})
     best = None if leader is None else ctx.bank.candidate(leader)  # its placement after the last step
     _emit(runtime, node="confirm", method=state.method, gap=state.gap_index, steps=len(steps),
           p_inside=None if best is None else best.p_inside)
     return {}
 
 
-def finalize(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+async def finalize(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     ctx = runtime.context
     best = _chosen(ctx, state)
     all_cands = ctx.bank.candidates(state.method, state.gap_index)
@@ -582,14 +612,21 @@ def finalize(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
     return update
 
 
+def _call_budget(ctx: FillContext, state: FillState) -> CallBudget:
+    """The gap's panel-call budget, search + confirmation (:func:`~benchfill.graphs.policy.gap_call_budget`): its
+    search's valid children are the ones full labelling would have answered on the rounds it ran."""
+    valid = sum(1 for c in ctx.bank.candidates(state.method, state.gap_index) if c.valid)
+    return gap_call_budget(ctx.params, [m.rollouts for m in ctx.panel], valid)
+
+
 # node name -> function; the graph is assembled from this table when it is built (a test may wrap an entry)
-NODE_FUNCTIONS: dict[str, Callable[..., dict[str, Any]]] = {
+NODE_FUNCTIONS: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
     "propose_gaps": propose, "seed_memory": seed_memory, "select_parents": choose_parents, "rewrite": rewrite,
     "validate": validate, "label": label, "place": place, "stop": stop, "confirm": confirm, "finalize": finalize,
 }
 
 
-def _label_adaptive(ctx: FillContext, state: FillState, cands: list[CandidateRecord]) -> None:
+async def _label_adaptive(ctx: FillContext, state: FillState, cands: list[CandidateRecord]) -> None:
     """``labelling = "adaptive"``: the round's valid children answered step by step by the most informative panel
     models until each is decided (:mod:`benchfill.graphs.adaptive`). Every answer goes through the call cache
     under the same key full labelling would use (model, messages, rollout index), and the schedule depends only on
@@ -597,10 +634,6 @@ def _label_adaptive(ctx: FillContext, state: FillState, cands: list[CandidateRec
     by_label = {m.label: m for m in ctx.panel}
     models = [by_label[m] for m in ctx.scale.models]
     items = [_candidate_item(c) for c in cands]
-
-    def ask(plan: list[tuple[int, int, int]]) -> list[int | None]:
-        return _ask_panel(ctx, items, plan)
-
     # the gap's children placed in earlier rounds bound the window that could win
     incumbent = np.inf
     z = ctx.params.adaptive_z
@@ -608,9 +641,15 @@ def _label_adaptive(ctx: FillContext, state: FillState, cands: list[CandidateRec
         if c.round < state.round and c.placed and c.d is not None:
             incumbent = min(incumbent, abs(c.d - state.gap.target) + z * (c.d_sd or 0.0))
     predicted = None if ctx.prescreen is None else ctx.prescreen.predict_items(items)
-    result = adaptive_label(ctx.scale, state.gap.target, [m.rollouts for m in models], len(items), ask, ctx.params,
-                            incumbent_u=incumbent, predicted_b=predicted,
-                            predicted_sd=1.0 if ctx.prescreen is None else ctx.prescreen.loo_rmse)
+    schedule = adaptive_schedule(ctx.scale, state.gap.target, [m.rollouts for m in models], len(items), ctx.params,
+                                 incumbent_u=incumbent, predicted_b=predicted,
+                                 predicted_sd=1.0 if ctx.prescreen is None else ctx.prescreen.loo_rmse)
+    try:
+        batch = next(schedule)
+        while True:
+            batch = schedule.send(await _ask_panel(ctx, items, batch))
+    except StopIteration as done:
+        result = done.value
     from benchfill.io import atomic_write_json
 
     out = ctx.label_dir / f"{state.method}-g{state.gap_index}-r{state.round}"
@@ -630,7 +669,7 @@ def _label_adaptive(ctx: FillContext, state: FillState, cands: list[CandidateRec
                                   prescreen_d=None if predicted is None else float(ctx.scale.normalise(predicted[i])))
 
 
-def _ask_panel(ctx: FillContext, items: list[Item], plan: list[tuple[int, int, int]]) -> list[int | None]:
+async def _ask_panel(ctx: FillContext, items: list[Item], plan: list[tuple[int, int, int]]) -> list[int | None]:
     """Answers of the panel for a batch of (item index, model index in the scale's order, rollout index): 1
     correct, 0 wrong, None not a trial. Rollout r is sample index r under the same cache key full labelling uses,
     so no (item, model, rollout) is ever paid for twice. Calls that failed stop the node (the resume asks again)."""
@@ -638,25 +677,26 @@ def _ask_panel(ctx: FillContext, items: list[Item], plan: list[tuple[int, int, i
 
     by_label = {m.label: m for m in ctx.panel}
     models = [by_label[m] for m in ctx.scale.models]
-    engine = PanelEngine(ctx.client.client, Grader(ctx.client.client, ctx.config.grader, ctx.prompts), items,
-                         ctx.prompts)
-    answers = ctx.client.run(engine.answer([PanelJob(models[j], i, r) for i, j, r in plan]))
+    engine = PanelEngine(ctx.client, Grader(ctx.client, ctx.config.grader, ctx.prompts), items, ctx.prompts)
+    answers = await engine.answer([PanelJob(models[j], i, r) for i, j, r in plan])
     failed = [a.failure() for a in answers if a.retryable]
     if failed:
         raise CallsFailed(failed)
     return [None if a.grade.label == "skip" else int(a.grade.label == "correct") for a in answers]
 
 
-def _tracked(name: str, fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+def _tracked(name: str, fn: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[..., Awaitable[dict[str, Any]]]:
     """Record each node's model usage under (method, gap, round, node): an upsert, so a re-run node replaces
-    rather than adds its figures (cached calls report the cost they had when they were made)."""
+    rather than adds its figures (cached calls report the cost they had when they were made). The graph runs one
+    node at a time, so the run's meter moves by this node's calls alone while it runs."""
 
     @functools.wraps(fn)
-    def run(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
+    async def run(state: FillState, runtime: Runtime[FillContext]) -> dict[str, Any]:
         ctx = runtime.context
-        before = dict(ctx.usage)
-        out = fn(state, runtime)
-        spent = {k: ctx.usage[k] - before[k] for k in ctx.usage}
+        before = ctx.usage.totals()
+        out = await fn(state, runtime)
+        after = ctx.usage.totals()
+        spent = {k: after[k] - before[k] for k in after}
         if spent["calls"] and state.gap_index:
             ctx.bank.record_usage(state.method, out.get("gap_index", state.gap_index),
                                   out.get("round", state.round), name, spent)
@@ -671,11 +711,6 @@ def _stop_on_failed_calls(results) -> None:
     failed = [r.failure() for r in results if r.failed]
     if failed:
         raise CallsFailed(failed)
-
-
-async def _all(coros) -> list[Any]:
-    """Await coroutines concurrently on the client's loop (the coroutines are created in the graph's thread)."""
-    return await asyncio.gather(*coros)
 
 
 def _sample(state: FillState, parent_index: int) -> int:
@@ -726,32 +761,37 @@ def _read_counts(path: Path) -> dict[str, dict[str, list[int]]]:
 # ------------------------------------------------------------------------------------------------- the graph
 
 
-def _assemble():
-    """The state machine's wiring: one node per step (:data:`NODE_FUNCTIONS`), a conditional loop back from stop?
-    to select_parents; the run's :class:`FillContext` is the graph's ``context_schema``."""
+def _gap_search():
+    """The search of one gap, the outer graph's node ``gap``: one node per step (:data:`NODE_FUNCTIONS`), a
+    conditional loop back from stop? to select_parents. Compiled without a checkpointer of its own, it saves its
+    checkpoints with the outer graph's, under its own namespace: a run stopped inside it resumes at its node."""
     from langgraph.graph import END, START, StateGraph
 
     graph = StateGraph(FillState, context_schema=FillContext)
-    for name in NODES:
+    for name in GAP_NODES:
         graph.add_node(name, _tracked(name, NODE_FUNCTIONS[name]))
-    graph.add_edge(START, "propose_gaps")
-    graph.add_conditional_edges("propose_gaps", lambda s: "end" if s.finished else "seed",
-                                {"end": END, "seed": "seed_memory"})
-    for a, b in zip(NODES[1:7], NODES[2:8]):  # seed_memory -> select_parents -> ... -> place -> stop
+    graph.add_edge(START, GAP_NODES[0])
+    for a, b in zip(GAP_NODES[:6], GAP_NODES[1:7]):  # seed_memory -> select_parents -> ... -> place -> stop
         graph.add_edge(a, b)
     graph.add_conditional_edges("stop", lambda s: "done" if s.stop else "again",
                                 {"done": "confirm", "again": "select_parents"})
     graph.add_edge("confirm", "finalize")
-    graph.add_edge("finalize", "propose_gaps")
+    graph.add_edge("finalize", END)
+    return graph.compile(name=GAP)
+
+
+def _assemble():
+    """The state machine's wiring: propose_gaps, then the search of the gap it proposed (:func:`_gap_search`), until
+    no gap is left; the run's :class:`FillContext` is the graphs' ``context_schema``."""
+    from langgraph.graph import END, START, StateGraph
+
+    graph = StateGraph(FillState, context_schema=FillContext)
+    graph.add_node("propose_gaps", _tracked("propose_gaps", NODE_FUNCTIONS["propose_gaps"]))
+    graph.add_node(GAP, _gap_search())
+    graph.add_edge(START, "propose_gaps")
+    graph.add_conditional_edges("propose_gaps", lambda s: "end" if s.finished else "gap", {"end": END, "gap": GAP})
+    graph.add_edge(GAP, "propose_gaps")
     return graph
-
-
-def build_graph(checkpoint_path: str | Path):
-    """Compile the state machine with LangGraph's SQLite checkpointer (a file in the run folder)."""
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    conn = sqlite3.connect(str(checkpoint_path), check_same_thread=False)
-    return _assemble().compile(checkpointer=SqliteSaver(conn), name="benchfill"), conn
 
 
 def studio_graph():
@@ -761,34 +801,44 @@ def studio_graph():
     return _assemble().compile(name="benchfill")
 
 
-def run_search(ctx: FillContext, checkpoint_path: str | Path, initial: FillState, *, resume: bool,
-               on_event: Callable[[dict[str, Any]], None] | None = None) -> FillState:
-    """Run (or resume) one method's search to the end; returns the final state. The nodes' progress events (the
-    custom stream) go to ``on_event``."""
-    graph, conn = build_graph(checkpoint_path)
-    config = {"configurable": {"thread_id": initial.method}, "recursion_limit": 10_000}
-    try:
-        snapshot = graph.get_state(config)
+async def search(ctx: FillContext, checkpoint_path: str | Path, initial: FillState, *, resume: bool,
+                 on_event: Callable[[dict[str, Any]], None] | None = None) -> FillState:
+    """Run (or resume) one method's search to the end with LangGraph's async API and its async SQLite checkpointer
+    (a file in the run folder); returns the final state. The nodes' progress events (the custom stream, the gap
+    subgraph's included) go to ``on_event``."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    config: Any = {"configurable": {"thread_id": initial.method}, "recursion_limit": 10_000}
+    async with AsyncSqliteSaver.from_conn_string(str(checkpoint_path)) as saver:
+        graph = _assemble().compile(checkpointer=saver, name="benchfill")
+        snapshot = await graph.aget_state(config)
         if snapshot.values and FillState(**snapshot.values).finished:  # finished before
             return FillState(**snapshot.values)
         start = config
         if resume and snapshot.values and not snapshot.next:
             # stopped inside a node by a signal (Ctrl-C, SIGTERM): LangGraph may record the node as done with no
             # next step; resume from the last checkpoint that has one (that node re-runs, served by the call cache)
-            start = next((h.config for h in graph.get_state_history(config) if h.next), config)
+            start = await _last_with_next(graph.aget_state_history(config), config)
         # durability="sync": each checkpoint is on disk before the next node starts, so a kill -9 loses at most the
         # node that was running (which then re-runs from its start, served by the call cache).
-        for event in graph.stream(None if (resume and snapshot.values) else initial, start, context=ctx,
-                                  stream_mode="custom", durability="sync"):
+        async for _, event in graph.astream(None if (resume and snapshot.values) else initial, start, context=ctx,
+                                            stream_mode="custom", subgraphs=True, durability="sync"):
             if on_event is not None:
                 on_event(event)
-        return FillState(**graph.get_state(config).values)
-    finally:
-        conn.close()
+        return FillState(**(await graph.aget_state(config)).values)
+
+
+async def _last_with_next(history: AsyncIterator[Any], default: Any) -> Any:
+    """The config of the newest checkpoint in ``history`` (newest first) that has a next step, else ``default``."""
+    async for snapshot in history:
+        if snapshot.next:
+            return snapshot.config
+    return default
 
 
 def graph_structure() -> dict[str, Any]:
-    """Nodes and edges of the compiled graph (for tests and docs), without a run context."""
-    drawn = studio_graph().get_graph()
+    """Nodes and edges of the compiled graph, the gap's subgraph drawn inside it (its nodes named ``gap:<node>``),
+    for tests and docs, without a run context."""
+    drawn = studio_graph().get_graph(xray=True)
     return {"nodes": sorted(n for n in drawn.nodes if not n.startswith("__")),
             "edges": sorted((e.source, e.target, bool(e.conditional)) for e in drawn.edges)}

@@ -108,6 +108,53 @@ def gap_design(attainable_d: np.ndarray | None, target: float, tolerance: float)
     return GapDesign(tol, resolution, note)
 
 
+def confirmation_cap(rollouts: Sequence[int], step: int, max_rollouts: int, finalists: int) -> int:
+    """The most panel calls a confirmation can ask: ``finalists`` children that each model has answered
+    ``rollouts`` times, raised ``step`` answers per model at a time to ``max_rollouts``, the weaker half dropped
+    after each step (the confirm node's successive halving, run to its end)."""
+    base = np.asarray(rollouts, dtype=np.int64)
+    level, calls, steps = int(base.min()), 0, 0
+    while level < max_rollouts:
+        reached = min(level + step, max_rollouts)
+        racing = -(-finalists // 2**steps)
+        calls += racing * int(np.maximum(0, reached - np.maximum(base, level)).sum())
+        level, steps = reached, steps + 1
+    return calls
+
+
+@dataclass(frozen=True)
+class CallBudget:
+    """The panel calls one gap may spend, search + confirmation (README: BenchFill, confirmation).
+
+    Attributes:
+        calls: the budget (0: no limit).
+        rule: ``"none"``, ``"fixed"`` (the config's number) or ``"equal"`` (what full labelling would have spent).
+        full_search: ``"equal"``: full labelling's search on the rounds this search ran (each valid child answered
+            by every panel model its rollouts times); else None.
+        full_confirmation: ``"equal"``: the most full labelling's confirmation can ask (:func:`confirmation_cap`
+            under full labelling's settings); else None.
+    """
+
+    calls: int
+    rule: str
+    full_search: int | None = None
+    full_confirmation: int | None = None
+
+
+def gap_call_budget(params: SearchParams, rollouts: Sequence[int], valid_children: int) -> CallBudget:
+    """The gap's call budget under ``params`` (:attr:`FillParams.confirmation`'s ``budget``), for a search that
+    answered ``valid_children`` valid children with a panel of these ``rollouts`` per model. ``"equal"`` holds
+    adaptive labelling to full labelling's cost on the same rounds, so what it saved goes to the confirmation and
+    the two are compared at equal budget."""
+    budget = params.confirmation.budget
+    if budget != "equal":
+        return CallBudget(budget, "fixed" if budget else "none")
+    full = params.with_full_labelling.confirmation
+    search = valid_children * int(np.sum(rollouts))
+    confirmation = confirmation_cap(rollouts, params.confirm_step, full.max_rollouts, full.finalists)
+    return CallBudget(search + confirmation, "equal", search, confirmation)
+
+
 def top_k_reduction(d: np.ndarray, inserted: Sequence[float], k: int = 3) -> float:
     """Relative reduction of the Top-k gap sum after inserting items: (before - after) / before."""
     before = M.top_k_gap_sum(np.clip(d, 0, 1), k)

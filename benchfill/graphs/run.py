@@ -18,11 +18,12 @@ from typing import Any, Callable
 import numpy as np
 from pydantic import ValidationError
 
+from benchfill.aio import run_sync
 from benchfill.data import Item
 from benchfill.diagnostics.report import Diagnosis, diagnose
 from benchfill.errors import InputError
 from benchfill.graphs import prescreen
-from benchfill.graphs.fill import FillContext, FillState, run_search
+from benchfill.graphs.fill import FillContext, FillState, Usage, search
 from benchfill.graphs.policy import SearchParams, oracle_insertions, top_k_reduction
 from benchfill.importers import load_panel
 from benchfill.io import atomic_write_json, atomic_write_text, file_digest
@@ -30,6 +31,7 @@ from benchfill.irt.model import IRTSpec, SamplerSettings
 from benchfill.irt.scale import Scale
 from benchfill.memory.bank import MemoryBank
 from benchfill.memory.record import CHOSEN_GAP_STATUSES, GapStatus
+from benchfill.models.client import ModelClient
 from benchfill.models.config import ModelConfig, RunConfig, load_config, validate_config
 from benchfill.models.prompts import PromptLibrary
 from benchfill.options import FillOptions
@@ -125,7 +127,8 @@ def _check_panel(config: RunConfig, models: list[str], items: Path) -> list[Mode
 
 
 class FillRun:
-    """Set up (or reopen) a run folder; ``run()`` executes the searches; ``summary()`` reports them."""
+    """Set up (or reopen) a run folder; ``run()`` executes the searches; ``summary()`` reports them; ``close()``
+    releases the memory bank."""
 
     def __init__(self, inputs: FillInputs, on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.inputs = inputs
@@ -208,20 +211,12 @@ class FillRun:
                 {it.item_id: it.b for it in self.diagnosis.items}, seed=(s.seed if s else 0) + opts.seed,
                 b_range=(self.scale.b_min, self.scale.b_max), **kwargs,
             )
-        from benchfill.models.client import SyncModelClient
-
-        self.client = SyncModelClient(self.out / MEMORY_DB, sim=sim)
-        self.ctx = FillContext(
-            items=self.items, d=self.d, scale=self.scale, config=config, panel=self.panel, params=self.params,
-            bank=self.bank, client=self.client, prompts=prompt_library,
-            label_dir=self.out / "labels",
-            prescreen=prescreen.for_run(self.params.prescreen, self.items, self.scale.b_mean, opts.seed),
-            attainable_d=self.attainable,
-            skip_floor_gaps=not opts.allow_floor_gaps,
-        )
+        self.sim = sim
+        self.prompts = prompt_library
+        self.text_prior = prescreen.for_run(self.params.prescreen, self.items, self.scale.b_mean, opts.seed)
         self.bank.set_meta(panel=[m.label for m in self.panel])  # an upsert: the same on every start
-        if self.ctx.prescreen is not None:
-            self.bank.set_meta(prescreen=prescreen.record(self.ctx.prescreen).model_dump())
+        if self.text_prior is not None:
+            self.bank.set_meta(prescreen=prescreen.record(self.text_prior).model_dump())
 
     @property
     def simulated(self) -> bool:
@@ -264,19 +259,15 @@ class FillRun:
         return dg, scale
 
     def run(self) -> dict[str, Any]:
+        """Run the searches to their end (BenchFill's; with ``compare`` then the baseline's), write the summary and
+        report.html; returns the summary. Synchronous: the graphs run on an event loop of their own
+        (:func:`benchfill.aio.run_sync`, also where one is running already)."""
         targets = [(g.lo, g.hi) for g in self.diagnosis.gaps if (g.lo, g.hi) not in self.floor_gaps]
         fixed = [] if self.params.sequential else targets[: self.opts.gaps]
         if not self.params.sequential and len(fixed) < self.opts.gaps:
             raise InputError(str(self.inputs.responses), f"--gaps {self.opts.gaps}: the diagnosis lists only "
                                                        f"{len(fixed)} gaps")
-        ckpt = self.out / CHECKPOINTS_DB
-        bf = run_search(self.ctx, ckpt, FillState(method="benchfill", n_gaps=self.opts.gaps, fixed_gaps=fixed),
-                        resume=self.opts.resume, on_event=self.on_event)
-        if self.opts.compare:
-            rounds = [g.rounds or 0 for g in self.bank.gaps("benchfill")]
-            run_search(self.ctx, ckpt, FillState(method="baseline", n_gaps=self.opts.gaps, fixed_gaps=fixed,
-                                                 budget_rounds=rounds), resume=self.opts.resume,
-                       on_event=self.on_event)
+        bf = run_sync(self._searches(fixed))
         summary = self.summary(final_state=bf)
         atomic_write_json(self.out / SUMMARY, summary)
         from benchfill.viewer import write_report
@@ -284,8 +275,30 @@ class FillRun:
         write_report(self.out, bank=self.bank)  # report.html: the run in a browser (benchfill view serves it)
         return summary
 
+    async def _searches(self, fixed: list[tuple[float, float]]) -> FillState:
+        """The searches with the run's model client, opened and closed on the loop they run on; returns BenchFill's
+        final state."""
+        usage = Usage()
+        client = ModelClient(self.out / MEMORY_DB, sim=self.sim, on_result=usage.add)
+        ctx = FillContext(
+            items=self.items, d=self.d, scale=self.scale, config=self.config, panel=self.panel, params=self.params,
+            bank=self.bank, client=client, usage=usage, prompts=self.prompts, label_dir=self.out / "labels",
+            prescreen=self.text_prior, attainable_d=self.attainable, skip_floor_gaps=not self.opts.allow_floor_gaps)
+        ckpt = self.out / CHECKPOINTS_DB
+        try:
+            bf = await search(ctx, ckpt, FillState(method="benchfill", n_gaps=self.opts.gaps, fixed_gaps=fixed),
+                              resume=self.opts.resume, on_event=self.on_event)
+            if self.opts.compare:
+                rounds = [g.rounds or 0 for g in self.bank.gaps("benchfill")]
+                await search(ctx, ckpt, FillState(method="baseline", n_gaps=self.opts.gaps, fixed_gaps=fixed,
+                                                  budget_rounds=rounds), resume=self.opts.resume,
+                             on_event=self.on_event)
+            return bf
+        finally:
+            await client.aclose()
+
     def close(self) -> None:
-        self.client.close()
+        self.bank.close()
 
     def summary(self, final_state: FillState | None = None) -> dict[str, Any]:
         return summarise(self.bank, self.d, self.opts.gaps, self.simulated, self.diagnosis,

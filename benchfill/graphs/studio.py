@@ -1,7 +1,7 @@
 """The BenchFill graph for LangGraph's tools (``langgraph.json`` -> ``langgraph dev``, LangGraph Studio): a compiled
 graph at module level, without a checkpointer (LangGraph's server brings its own persistence and refuses a graph
-compiled with a custom one). ``benchfill fill`` compiles the same graph with its SQLite checkpointer
-(:func:`benchfill.graphs.fill.build_graph`). A run needs the run's :class:`benchfill.graphs.fill.FillContext` as
+compiled with a custom one). ``benchfill fill`` compiles the same graph with its async SQLite checkpointer
+(:func:`benchfill.graphs.fill.search`). A run needs the run's :class:`benchfill.graphs.fill.FillContext` as
 its ``context``."""
 
 from benchfill.graphs.fill import studio_graph

@@ -216,7 +216,8 @@ def _ppc_probability(theta: np.ndarray, b: np.ndarray, a: np.ndarray | None, c: 
     if a is not None:
         z *= a[:, None, :].astype(np.float32)
     np.negative(z, out=z)
-    np.exp(z, out=z)
+    with np.errstate(over="ignore"):  # exp(z) = inf past float32's range gives p = 0, as it should
+        np.exp(z, out=z)
     z += np.float32(1.0)
     p = np.reciprocal(z, out=z)
     if c is not None:

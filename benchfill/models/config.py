@@ -23,7 +23,7 @@ import os
 import threading
 import tomllib
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Iterator, Literal, NamedTuple
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -174,6 +174,30 @@ class SimConfig(BaseModel):
         return self
 
 
+class Confirmation(NamedTuple):
+    """How a gap's chosen child is confirmed (README: BenchFill, confirmation).
+
+    Attributes:
+        finalists: children raced (successive halving; 1: the search's best alone).
+        max_rollouts: answers per panel model a finalist may reach (0: no confirmation).
+        budget: panel calls the gap may spend, search + confirmation: a number (0: no limit), or ``"equal"``, what
+            full labelling would have spent on the rounds the search ran (:func:`benchfill.graphs.policy.gap_call_budget`).
+    """
+
+    finalists: int
+    max_rollouts: int
+    budget: int | Literal["equal"]
+
+
+#: Each labelling's confirmation where the config leaves it unset. Full labelling keeps the paper's setting (the
+#: search's best child alone). Adaptive labelling spends what its search saved on the result: four finalists raced,
+#: up to what full labelling would have spent on the same rounds (README: "Racing at a capped budget").
+CONFIRMATION_DEFAULTS: dict[str, Confirmation] = {
+    "full": Confirmation(finalists=1, max_rollouts=32, budget=0),
+    "adaptive": Confirmation(finalists=4, max_rollouts=128, budget="equal"),
+}
+
+
 class FillParams(BaseModel):
     """The ``[fill]`` section: the BenchFill search's parameters, with the paper's defaults (README: BenchFill).
     Every field is typed and ranged; a wrong one stops the command before any call (exit 2, one line)."""
@@ -194,13 +218,14 @@ class FillParams(BaseModel):
     # confirmation: the chosen child answered confirm_step more times by every panel model, step after step, until
     # P(inside) reaches fill_level or each model has answered it confirm_max_rollouts times (0: no confirmation)
     confirm_step: int = Field(default=4, ge=1, le=1000)
-    confirm_max_rollouts: int = Field(default=32, ge=0, le=100_000)
+    # the next three, where unset (None), are the labelling's (CONFIRMATION_DEFAULTS; `confirmation` resolves them)
+    confirm_max_rollouts: int | None = Field(default=None, ge=0, le=100_000)
     # racing: the confirm_finalists children most likely within tolerance are confirmed together, the weaker half
     # dropped after each step (successive halving), so the choice is made among well-measured children
-    confirm_finalists: int = Field(default=1, ge=1, le=16)
-    # panel calls one gap may spend, search + confirmation (0: no limit): confirmation stops before a step that
-    # would pass it (so arms of a comparison can be held to equal budgets)
-    gap_call_budget: int = Field(default=0, ge=0)
+    confirm_finalists: int | None = Field(default=None, ge=1, le=16)
+    # panel calls one gap may spend, search + confirmation (0: no limit; "equal": what full labelling would have
+    # spent on the rounds the search ran, policy.gap_call_budget): confirmation stops before a step that would pass it
+    gap_call_budget: int | Literal["equal"] | None = None
     seed_items: int = Field(default=16, ge=1)
     sequential: bool = True  # recompute the gaps after each filled gap (else: a fixed list from the start)
     display_scale: float = Field(default=10.0, gt=0)  # difficulties shown to the rewriter on 0-10, not 0-1
@@ -227,9 +252,30 @@ class FillParams(BaseModel):
             raise ValueError('prescreen: orders adaptive labelling; set labelling = "adaptive" or prescreen = "off"')
         return self
 
+    @field_validator("gap_call_budget", mode="plain")
+    @classmethod
+    def _budget_is_calls_or_equal(cls, v: Any) -> int | Literal["equal"] | None:
+        if v is None or v == "equal" or (type(v) is int and v >= 0):
+            return v
+        raise ValueError(f'must be an integer >= 0 or "equal" (got {v!r})')
+
     @property
     def children_per_round(self) -> int:
         return self.parents * self.children_per_parent
+
+    @property
+    def confirmation(self) -> Confirmation:
+        """The confirmation's settings as they apply: the config's, and its labelling's defaults where unset."""
+        default = CONFIRMATION_DEFAULTS[self.labelling]
+        return Confirmation(
+            finalists=default.finalists if self.confirm_finalists is None else self.confirm_finalists,
+            max_rollouts=default.max_rollouts if self.confirm_max_rollouts is None else self.confirm_max_rollouts,
+            budget=default.budget if self.gap_call_budget is None else self.gap_call_budget)
+
+    @property
+    def with_full_labelling(self) -> "FillParams":
+        """These settings with full labelling (the paper's): the arm an ``"equal"`` budget is measured against."""
+        return self.model_copy(update={"labelling": "full", "prescreen": "off"})
 
 
 def apply_role_defaults(data: Any, roles: tuple[str, ...], role_lists: tuple[str, ...]) -> Any:
