@@ -15,6 +15,7 @@ once (without guessing, rows with the same trials and the same total correct hav
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 
@@ -286,8 +287,12 @@ def grid_key_moments(theta_draws: np.ndarray, n_correct: np.ndarray, n_trials: n
         n_rows = keys.n[rows]
         y_rows = np.where((keys.c[rows] > 0)[:, None], keys.y[rows], fast.spread_totals(keys.r[rows], n_rows))
         c_rows = keys.c[rows] if np.any(keys.c[rows] > 0) else None
+        # the rows are distinct keys already: integrated as they are, not reduced a second time (that costs
+        # more than the integrals for a sparse leaderboard's null, ~10^5 keys of ~200 counts each)
+        distinct = fast.ItemKeys(n=keys.n[rows], y=keys.y[rows], r=keys.r[rows], c=keys.c[rows],
+                                 mult=np.ones(len(rows)), item_key=np.arange(len(rows)), theta_lin=keys.theta_lin)
         fresh = _grid_key_moments(draws, y_rows.astype(np.int64), n_rows.astype(np.int64), c_rows, prior,
-                                  h_factor, max_nodes)
+                                  h_factor, max_nodes, distinct)
         for k, mean, sd in zip(missing, fresh.item_mean.tolist(), fresh.item_sd.tolist()):
             memo[tags[k]] = (mean, sd)
     mean, sd = np.array([memo[tag] for tag in tags], dtype=float).reshape(-1, 2).T
@@ -318,9 +323,11 @@ _KEY_MEMO = _KeyMemo()
 
 
 def _grid_key_moments(draws: np.ndarray, y: np.ndarray, n: np.ndarray, guessing: np.ndarray | None,
-                      prior: Population, h_factor: float, max_nodes: int) -> KeyMoments:
-    """:func:`grid_key_moments` without the memo: (K, J) count rows ``y`` / ``n``."""
-    keys = fast.reduce_items(y.T, n.T, guessing)
+                      prior: Population, h_factor: float, max_nodes: int, reduced: fast.ItemKeys | None = None
+                      ) -> KeyMoments:
+    """:func:`grid_key_moments` without the memo: (K, J) count rows ``y`` / ``n``; ``reduced``: those rows already
+    reduced (:func:`benchfill.irt.fast.reduce_items`), if the caller has them."""
+    keys = fast.reduce_items(y.T, n.T, guessing) if reduced is None else reduced
     # The conditional posterior of b is no narrower than 1 / sqrt(prior curvature + sum_j n_j / 4) (the
     # information bound), and the prior's own features need no finer spacing than that.
     h = 1.0 / (h_factor * np.sqrt(prior.curvature + keys.n.sum(1).max() / 4.0))
@@ -342,7 +349,16 @@ def _grid_key_moments(draws: np.ndarray, y: np.ndarray, n: np.ndarray, guessing:
 
     # the keys split over forked processes when there is enough work (each process computes its own keys)
     procs = available_cores() if keys.n_keys * G * len(draws) >= FORK_MIN_NODES else 1
-    m1, m2 = forked_ranges(some, keys.n_keys, procs)
+    # keys in order of a rough location (their panel's mean ability less the logit of their share correct), so
+    # each chunk's conditionals share a short stretch of the grid (:func:`_accumulate_grid_moments`)
+    trials = np.maximum(keys.n.sum(1), 1.0)
+    rough = (keys.n @ draws.mean(0)) / trials - np.log((keys.r + 0.5) / (trials - keys.r + 0.5))
+    order = np.argsort(rough, kind="stable")
+    keys = dataclasses.replace(keys, n=keys.n[order], y=keys.y[order], r=keys.r[order], c=keys.c[order],
+                               mult=keys.mult[order])
+    m1_sorted, m2_sorted = forked_ranges(some, keys.n_keys, procs)
+    m1, m2 = np.empty_like(m1_sorted), np.empty_like(m2_sorted)
+    m1[order], m2[order] = m1_sorted, m2_sorted
     m1, m2 = m1 / len(draws), m2 / len(draws)
     return KeyMoments(mean=m1, sd=np.sqrt(np.maximum(m2 - m1**2, 0.0)), item_key=keys.item_key)
 
@@ -350,25 +366,52 @@ def _grid_key_moments(draws: np.ndarray, y: np.ndarray, n: np.ndarray, guessing:
 def _accumulate_grid_moments(keys: fast.ItemKeys, draws: np.ndarray, grid: np.ndarray, step: int, m1: np.ndarray,
                              m2: np.ndarray, prior: Population, bounds: tuple[int, int] | None = None) -> None:
     """Add each key's first and second moment of b under every draw's conditional (trapezoid weights on grid);
-    ``bounds``: only keys lo..hi - 1, whose moments go to m1[0..hi - lo - 1], m2 (default: every key)."""
+    ``bounds``: only keys lo..hi - 1, whose moments go to m1[0..hi - lo - 1], m2 (default: every key).
+
+    Each chunk of keys is integrated on the part of the grid where its conditionals can hold mass under some
+    draw (:func:`_chunk_window`), not the whole grid: with many trials per key, a few logits of the grid's ~30."""
     lo, hi = bounds or (0, keys.n_keys)
     log_prior = prior.log_density_unnormalised(grid)
     per_draw = []
     for theta in draws:
         X = theta[:, None] - grid[None, :]  # (J, G)
         per_draw.append((X, fast.softplus(X)))  # log(1 + e^X); log sigmoid = X - sp, log(1 - sigmoid) = -sp
+    centre = draws.mean(0)
+    Xc = centre[:, None] - grid[None, :]
+    moved = np.abs(draws - centre).T  # (J, S) how far each draw's abilities lie from the centre's
     for start in range(lo, hi, step):
         part = slice(start, min(hi, start + step))
         out = slice(part.start - lo, part.stop - lo)
         # float counts: an integer operand would take numpy's slow non-BLAS matmul
         n_k, y_k, r_k, c_k = (np.asarray(a[part], dtype=float) for a in (keys.n, keys.y, keys.r, keys.c))
+        win = _chunk_window(n_k, y_k, r_k, c_k, Xc, grid, log_prior, moved)
+        g, lp = grid[win], log_prior[win]
         for X, sp in per_draw:
-            ell = fast.grid_log_likelihood(n_k, y_k, r_k, c_k, X, sp, grid) + log_prior
+            ell = fast.grid_log_likelihood(n_k, y_k, r_k, c_k, X[:, win], sp[:, win], g) + lp
             ell -= ell.max(1, keepdims=True)
             p = np.exp(ell)
             p /= p.sum(1, keepdims=True)
-            m1[out] += p @ grid
-            m2[out] += p @ grid**2
+            m1[out] += p @ g
+            m2[out] += p @ g**2
+
+
+def _chunk_window(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarray, Xc: np.ndarray, grid: np.ndarray,
+                  log_prior: np.ndarray, moved: np.ndarray) -> slice:
+    """The nodes of ``grid`` outside which every key of a chunk has log density below its peak by more than
+    fast.LOG_CUT under every draw (so they carry < e^-36 of its mass and are left out), found at the draws' centre.
+
+    Each log-likelihood term is 1-Lipschitz in theta_j per trial (log sigmoid, log(1 - sigmoid) and, with
+    guessing, log(c + (1 - c) sigmoid)), so between the centre and draw s a key's log density changes by at most
+    D_s = sum_j n_j |theta_sj - centre_j| at any b: a node more than LOG_CUT + 2 max_s D_s below the peak at the
+    centre is more than LOG_CUT below it at every draw. Args: the chunk's counts (K, J) / (K,), Xc (J, G) the
+    centre's theta_j - b, ``moved`` (J, S) |theta_sj - centre_j|."""
+    G = grid.size
+    ell = fast.grid_log_likelihood(n, y, r, c, Xc, fast.softplus(Xc), grid) + log_prior  # (K, G)
+    reach = float((n @ moved).max(initial=0.0))  # max over keys and draws of D_s
+    inside = ell >= ell.max(1, keepdims=True) - (fast.LOG_CUT + 2.0 * reach + 1.0)
+    first = int(inside.argmax(1).min())
+    last = int(G - 1 - inside[:, ::-1].argmax(1).min())
+    return slice(first, last + 1)
 
 
 PROBABILITY_NODES = 401  # nodes of each key's own window (mean +- WINDOW_SDS posterior SDs): spacing 0.06 SD

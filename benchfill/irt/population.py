@@ -293,6 +293,45 @@ def uniform_range(fg: FitGrid, max_nodes: int = 160) -> tuple[float, float]:
     return best
 
 
+START_CURVATURE_MODELS = 32  # from this many models the first mode search starts from :func:`start_curvature`
+# (with guessing at any number of models), and stops once the gradient is below
+GRADIENT_ROUNDOFF = fast.GRADIENT_ROUNDOFF  # ... this many nats per logit per trial
+
+
+def start_curvature(model: fast.MarginalModel, theta: np.ndarray) -> np.ndarray:
+    """A positive definite approximation (J, J) of -d2 log p(theta | y) / d theta2 at ``theta`` for any blocks, at
+    the cost of about one gradient (the exact one, :func:`benchfill.irt.fast._neg_hessian`, takes 2 J gradients
+    where keys have their own trials or guessing): the prior's identity plus, per key k,
+    diag(a_k) - Var_k(b) a_k a_k^T with a_kj = E_k[-d2 ell_k / d theta_j2] (the expected information from model
+    j under the key's conditional of b): Cov_k(d ell / d theta_j, d ell / d theta_l) by the delta method in b. It is
+    a starting curvature for the quasi-Newton mode search, whose result it does not change (the search stops on
+    the gradient; :func:`benchfill.irt.fast._mode_and_cov` floors its eigenvalues)."""
+    J = len(theta)
+    H = np.eye(J)
+    for blk in model.blocks:
+        delta = float(blk.shift(theta))
+        grid = blk.grid + delta
+        ell, _ = fast.block_log_density(theta[None, :], blk)
+        ell = ell[0]  # (Kb, G)
+        P = np.exp(ell - ell.max(1, keepdims=True))
+        P /= P.sum(1, keepdims=True)
+        Pl = fast._on_lattice(P, blk) if blk.idx is not None else np.broadcast_to(P, (len(blk.keys), len(grid)))
+        X = theta[:, None] - grid[None, :]
+        s = 1.0 / (1.0 + np.exp(-X))
+        info = s * (1.0 - s)  # (J, L) per trial
+        if blk.log_c is not None:  # the guessing term's curvature, y log(c + (1 - c) s): subtracted, per answer
+            q = 1.0 / (1.0 + np.exp(-(blk.log_c - X)))
+            a = blk.n * (Pl @ info.T) - blk.y * (Pl @ (q * (1.0 - q)).T)
+        else:
+            a = blk.n * (Pl @ info.T)
+        a = np.maximum(a, 0.0)  # (Kb, J)
+        m1 = Pl @ grid
+        var = np.maximum(Pl @ grid**2 - m1**2, 1e-12)
+        w = blk.mult * var
+        H += np.diag(blk.mult @ a) - a.T @ (a * w[:, None])
+    return (H + H.T) / 2
+
+
 def learn_population(keys: fast.ItemKeys, kind: PopulationKind, seed: int = 0) -> tuple[Population, np.ndarray]:
     """The benchmark's difficulty population of ``kind`` and the abilities' posterior mode under it (J,).
 
@@ -302,7 +341,22 @@ def learn_population(keys: fast.ItemKeys, kind: PopulationKind, seed: int = 0) -
     theta = np.zeros(J)
     if kind == "paper":
         return prior, theta
-    theta, cov = fast._mode_and_cov(fast.pilot_model(keys, theta, 14.0, prior), theta)
+    pilot = fast.pilot_model(keys, theta, 14.0, prior)
+    gtol, gtol_later = 1e-8, 1e-6
+    guessing = any(b.log_c is not None for b in pilot.blocks)
+    if guessing or (J >= START_CURVATURE_MODELS and any(b.n_shared is None for b in pilot.blocks)):
+        # the exact Hessian costs 2 J gradients where keys have their own trials (a sparse design: every item its
+        # own key) or guessing; the mode does not depend on the starting curvature, only the number of steps does.
+        # The gradient's round-off grows with the trials it sums (measured ~2e-11 per trial, 183 models x 5,000
+        # items): below that floor the line search only halves its step ~30 times per round to no avail. With
+        # guessing the exact Hessian's 2 J gradients cost as much at any number of models (MMLU-Pro 29 x 12,032,
+        # c = 0.1: 58 gradients on a ~600-node pilot lattice for each of 9,389 keys)
+        floor = GRADIENT_ROUNDOFF * float(keys.mult @ keys.n.sum(1))
+        gtol, gtol_later = max(gtol, floor), max(gtol_later, floor)
+        theta, cov = fast._mode_and_cov(pilot, theta, gtol=gtol, curvature=start_curvature(pilot, theta),
+                                        with_cov=False)
+    else:
+        theta, cov = fast._mode_and_cov(pilot, theta)
     curvature = np.linalg.inv(cov)
     tails: tuple[float, float] | None = None
     for _ in range(ROUNDS):
@@ -311,7 +365,7 @@ def learn_population(keys: fast.ItemKeys, kind: PopulationKind, seed: int = 0) -
         prior = fit_population(fit_grid(keys, theta, seed), kind, theta, tails)
         tails = prior.tails
         # quasi-Newton from the last curvature: the population changes the abilities' posterior little
-        new = fast._mode_and_cov(fast.pilot_model(keys, theta, 14.0, prior), theta, gtol=1e-6,
+        new = fast._mode_and_cov(fast.pilot_model(keys, theta, 14.0, prior), theta, gtol=gtol_later,
                                  curvature=curvature, with_cov=False)[0]
         moved = float(np.max(np.abs(new - theta)))
         theta = new

@@ -1,0 +1,99 @@
+"""Leaderboard scale on sparse designs (issue 26), where every item has its own trial pattern and so its own
+likelihood key: the population's mode search without the exact Hessian's 2 J gradients, the Gibbs conditionals'
+interpolated per-key softplus sums, and the exact per-key moments integrated on each chunk's own stretch of the
+grid. Each must give what the direct computation gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.special import expit
+
+import benchfill.irt.fast as fast
+from benchfill.irt import placement, population
+from benchfill.irt.prior import Population
+
+
+def _sparse(J: int, I: int, seed: int, observed: float = 0.6) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(y, n, theta): binary answers of J models to I items, each cell asked with probability ``observed``."""
+    rng = np.random.default_rng(seed)
+    theta = rng.normal(0.0, 1.0, J)
+    b = rng.normal(0.3, 1.7, I)
+    n = (rng.random((J, I)) < observed).astype(np.int64)
+    n[rng.integers(J, size=I), np.arange(I)] = 1
+    y = rng.binomial(n, expit(theta[:, None] - b[None, :]))
+    return y, n, theta
+
+
+def test_the_start_curvature_is_close_to_the_exact_hessian_on_a_sparse_design():
+    y, n, theta = _sparse(40, 300, seed=2)
+    keys = fast.reduce_items(y, n)
+    model = fast.pilot_model(keys, theta, 14.0, Population.normal(0.3, 1.7))
+    assert any(blk.n_shared is None for blk in model.blocks)  # keys with their own trials: the costly case
+    exact = fast._neg_hessian(model, theta)
+    approx = population.start_curvature(model, theta)
+    assert np.linalg.norm(approx - exact) < 0.02 * np.linalg.norm(exact)
+    assert np.linalg.eigvalsh(approx).min() > 0.0
+
+
+@pytest.mark.slow
+def test_the_population_learned_from_the_start_curvature_is_the_exact_hessians(monkeypatch):
+    """The mode search stops on the gradient, so where it starts changes the steps, not the population."""
+    y, n, _ = _sparse(40, 300, seed=5)
+    keys = fast.reduce_items(y, n)
+    quick, theta_quick = population.learn_population(keys, "normal")
+    monkeypatch.setattr(population, "START_CURVATURE_MODELS", 10_000)  # the exact Hessian's path
+    slow, theta_slow = population.learn_population(keys, "normal")
+    assert quick.mu == pytest.approx(slow.mu, abs=1e-6) and quick.sigma == pytest.approx(slow.sigma, abs=1e-6)
+    np.testing.assert_allclose(theta_quick, theta_slow, atol=1e-5)
+
+
+def test_softplus_sums_with_a_weight_per_key_match_the_direct_sums():
+    rng = np.random.default_rng(4)
+    for _ in range(4):
+        J, L, K = int(rng.integers(400, 3000)), int(rng.integers(120, 400)), int(rng.integers(2, 60))
+        v = rng.normal(0.0, 2.0, J)
+        W = (rng.random((K, J)) < 0.6).astype(float)
+        x = rng.uniform(-6, -2) + np.sort(rng.uniform(0, rng.uniform(2, 12), L))
+        direct = W @ fast.softplus(v[:, None] - x[None, :])
+        got = fast.softplus_sums(v, W, x)
+        assert got.shape == (K, L)
+        assert np.max(np.abs(got - direct)) < 1e-8
+        # one row: the vector form
+        np.testing.assert_allclose(fast.softplus_sums(v, W[0], x), got[0], rtol=0, atol=1e-10)
+
+
+def test_a_gibbs_lattice_of_keys_with_their_own_trials_is_the_direct_one():
+    """The transposed problem (models as keys over thousands of items): lattice_terms interpolates the per-key
+    sums for one ability vector; with two vectors it sums directly. The two must agree."""
+    y, n, _ = _sparse(30, 4000, seed=7)
+    models = fast.reduce_items(y.T, n.T)  # 30 keys, each a model with its own row of trials over the items
+    b_as_abilities = np.random.default_rng(1).normal(0.0, 1.5, 4000)
+    blk = fast.make_block(models, np.arange(models.n_keys), -3.0, 0.03, 200, Population.paper())
+    assert blk.n_shared is None
+    one = np.stack([b_as_abilities, b_as_abilities])
+    base1, per1, _ = fast.lattice_terms(one[:1], blk)
+    base2, per2, _ = fast.lattice_terms(one, blk)
+    np.testing.assert_allclose(base1[0], base2[0], rtol=0, atol=1e-12)
+    assert np.max(np.abs(per1[:, 0] - per2[:, 0])) < 1e-8
+
+
+def test_exact_key_moments_on_chunk_windows_equal_the_whole_grids(monkeypatch):
+    y, n, theta = _sparse(60, 1500, seed=3)
+    rng = np.random.default_rng(0)
+    draws = theta + 0.08 * rng.standard_normal((40, 1)) + 0.03 * rng.standard_normal((40, 60))
+    prior = Population.normal(0.3, 1.7)
+    monkeypatch.setattr(placement, "KEY_CHUNK_ELEMENTS", 20_000)  # several chunks, each on its own window
+    windowed = placement._grid_key_moments(draws, y.T, n.T, None, prior, 1.2, 400)
+    widths = []
+    real = placement._chunk_window
+
+    def whole(*args):
+        widths.append(real(*args))
+        return slice(None)
+
+    monkeypatch.setattr(placement, "_chunk_window", whole)
+    full = placement._grid_key_moments(draws, y.T, n.T, None, prior, 1.2, 400)
+    np.testing.assert_allclose(windowed.mean, full.mean, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(windowed.sd, full.sd, rtol=0, atol=1e-12)
+    assert any(w.stop - w.start < 0.8 * 400 for w in widths)  # some chunk did skip part of the grid
