@@ -454,6 +454,19 @@ def block_log_density(thetas: np.ndarray, blk: Block) -> tuple[np.ndarray, np.nd
     return ell - blk.r[:, None] * (blk.nodes[None, :, :] + delta[:, None, None]), delta
 
 
+def expected_information(theta: np.ndarray, grid: np.ndarray, P: np.ndarray, blk: Block) -> np.ndarray:
+    """(Kb, J) each key's expected information about b from each model, E_k[-d2 ell_k / db2] per model (the same
+    as per theta_j), under the key's node weights ``P`` (Kb, L) on ``grid`` (L,) (the lattice's nodes, logits);
+    with guessing, the y log(c + (1 - c) s) term's curvature is subtracted; floored at 0."""
+    X = theta[:, None] - grid[None, :]  # (J, L)
+    s = 1.0 / (1.0 + np.exp(-X))
+    info = blk.n * (P @ (s * (1.0 - s)).T)
+    if blk.log_c is not None:
+        q = 1.0 / (1.0 + np.exp(-(blk.log_c - X)))
+        info = info - blk.y * (P @ (q * (1.0 - q)).T)
+    return np.maximum(info, 0.0)
+
+
 def _on_lattice(W: np.ndarray, blk: Block) -> np.ndarray:
     """(Kb, G) values on each key's window nodes -> (Kb, L) on the whole lattice (zeros outside the window)."""
     if blk.idx is None:
@@ -633,7 +646,7 @@ def guessing_neg_hessian(theta: np.ndarray, blk: Block) -> np.ndarray:
     ell = (M if blk.idx is None else np.take_along_axis(M, blk.idx, axis=1)) - blk.r[:, None] * (blk.nodes + delta)
     P = np.exp(ell - ell.max(axis=1, keepdims=True))
     P /= P.sum(axis=1, keepdims=True)
-    Pl = _on_lattice(P, blk) if blk.idx is not None else np.broadcast_to(P, (len(blk.keys), len(grid)))  # (Kb, L)
+    Pl = _on_lattice(P, blk)  # (Kb, L)
     W = Pl * blk.mult[:, None]
     N, Y = blk.n, blk.y
     # E[-d2 ell], summed over keys with their multiplicities: the diagonal
@@ -705,7 +718,13 @@ def gradient_floor(model: MarginalModel) -> float:
     of them on wide pilot lattices). 0 without guessing (those searches keep their own tolerance)."""
     if not any(blk.log_c is not None for blk in model.blocks):
         return 0.0
-    return GRADIENT_ROUNDOFF * float(model.keys.mult @ model.keys.n.sum(1))
+    return trials_roundoff(model.keys)
+
+
+def trials_roundoff(keys: ItemKeys) -> float:
+    """The round-off of a log density's gradient summed over all of ``keys``' trials (nats per logit):
+    GRADIENT_ROUNDOFF per trial."""
+    return GRADIENT_ROUNDOFF * float(keys.mult @ keys.n.sum(1))
 
 
 def _mode_and_cov(model: MarginalModel, theta0: np.ndarray, gtol: float = 1e-8, max_iter: int = 200,
@@ -797,14 +816,9 @@ def key_windows(keys: ItemKeys, theta: np.ndarray, lo: float, hi: float, prior: 
             raise _RangeTooNarrow()
         P = np.exp(ell - mx)
         P /= P.sum(1, keepdims=True)
-        X = theta[:, None] - blk.grid[None, :]
-        s1 = 1.0 / (1.0 + np.exp(-X))
+        info = expected_information(theta, blk.grid, P, blk)
+        s1 = 1.0 / (1.0 + np.exp(-(theta[:, None] - blk.grid[None, :])))
         curv_n = s1 * (1 - s1)  # (J, L) -d2/db2 of each softplus term, per trial
-        info = blk.n * (P @ curv_n.T)  # (Kb, J) expected information from each model
-        if blk.log_c is not None:
-            s2 = 1.0 / (1.0 + np.exp(-(blk.log_c - X)))
-            info = info - blk.y * (P @ (s2 * (1 - s2)).T)
-        info = np.maximum(info, 0.0)
         w[blk.keys] = info / (1.0 + info.sum(1, keepdims=True))  # implicit function theorem at the mode
         g = blk.grid
         # the window's shape changes a little as theta moves; a window that runs far into an exponential tail of

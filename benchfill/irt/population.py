@@ -294,8 +294,7 @@ def uniform_range(fg: FitGrid, max_nodes: int = 160) -> tuple[float, float]:
 
 
 START_CURVATURE_MODELS = 32  # from this many models the first mode search starts from :func:`start_curvature`
-# (with guessing at any number of models), and stops once the gradient is below
-GRADIENT_ROUNDOFF = fast.GRADIENT_ROUNDOFF  # ... this many nats per logit per trial
+# (with guessing at any number of models), and stops once the gradient is at its round-off (fast.trials_roundoff)
 
 
 def start_curvature(model: fast.MarginalModel, theta: np.ndarray) -> np.ndarray:
@@ -315,16 +314,8 @@ def start_curvature(model: fast.MarginalModel, theta: np.ndarray) -> np.ndarray:
         ell = ell[0]  # (Kb, G)
         P = np.exp(ell - ell.max(1, keepdims=True))
         P /= P.sum(1, keepdims=True)
-        Pl = fast._on_lattice(P, blk) if blk.idx is not None else np.broadcast_to(P, (len(blk.keys), len(grid)))
-        X = theta[:, None] - grid[None, :]
-        s = 1.0 / (1.0 + np.exp(-X))
-        info = s * (1.0 - s)  # (J, L) per trial
-        if blk.log_c is not None:  # the guessing term's curvature, y log(c + (1 - c) s): subtracted, per answer
-            q = 1.0 / (1.0 + np.exp(-(blk.log_c - X)))
-            a = blk.n * (Pl @ info.T) - blk.y * (Pl @ (q * (1.0 - q)).T)
-        else:
-            a = blk.n * (Pl @ info.T)
-        a = np.maximum(a, 0.0)  # (Kb, J)
+        Pl = fast._on_lattice(P, blk)  # (Kb, L)
+        a = fast.expected_information(theta, grid, Pl, blk)  # (Kb, J)
         m1 = Pl @ grid
         var = np.maximum(Pl @ grid**2 - m1**2, 1e-12)
         w = blk.mult * var
@@ -351,7 +342,7 @@ def learn_population(keys: fast.ItemKeys, kind: PopulationKind, seed: int = 0) -
         # items): below that floor the line search only halves its step ~30 times per round to no avail. With
         # guessing the exact Hessian's 2 J gradients cost as much at any number of models (MMLU-Pro 29 x 12,032,
         # c = 0.1: 58 gradients on a ~600-node pilot lattice for each of 9,389 keys)
-        floor = GRADIENT_ROUNDOFF * float(keys.mult @ keys.n.sum(1))
+        floor = fast.trials_roundoff(keys)
         gtol, gtol_later = max(gtol, floor), max(gtol_later, floor)
         theta, cov = fast._mode_and_cov(pilot, theta, gtol=gtol, curvature=start_curvature(pilot, theta),
                                         with_cov=False)
