@@ -1,5 +1,5 @@
 """How the whole `benchfill diagnose` grows with models and items (issue 26): wall time and peak memory of the
-process tree, from a fresh process, on a grid of simulated leaderboard-shaped matrices, with the growth rates.
+process tree (RSS, and PSS, which counts a page the forked workers share once), from a fresh process, on a grid of simulated leaderboard-shaped matrices, with the growth rates.
 
 Truth. The abilities and difficulties come from the real MMLU-Pro matrix (29 models x 12,032 items, binary;
 ../shared/data/real/mmlu_pro.csv.gz), fitted by the independent numpy/scipy MAP of ``tests/real_shapes.py``: a
@@ -105,10 +105,12 @@ def main() -> None:
             else:
                 print(f"[{J} x {I}] exit {res['rc']}: {res['out'][-1500:]}", file=sys.stderr)
             row = {"models": J, "items": I, "observed": args.observed, "wall_s": res["wall_s"],
-                   "rss_mb": res["rss_mb"], "rc": res["rc"], "load": load, **info}
+                   "rss_mb": res["rss_mb"], "pss_mb": res["pss_mb"], "rc": res["rc"], "load": load, **info}
             rows.append(row)
             failed = [k for k, v in info.get("checks", {}).items() if v is False]  # None: not applicable
-            print(f"{J:>5} x {I:>6}: {res['wall_s']:7.1f} s  {res['rss_mb']:7.0f} MB  (load {load:.1f})"
+            # RSS counts the pages forked workers share once in each process; PSS splits them among the sharers
+            print(f"{J:>5} x {I:>6}: {res['wall_s']:7.1f} s  RSS {res['rss_mb']:7.0f} MB  PSS {res['pss_mb']:7.0f} MB"
+                  f"  (load {load:.1f})"
                   f"  fit {info.get('timings', {}).get('fit', float('nan')):.1f} s"
                   f"  null {info.get('timings', {}).get('null', float('nan')):.1f} s"
                   f"  checks not passing: {', '.join(failed) or 'none'}", flush=True)
