@@ -110,3 +110,64 @@ def test_the_binomial_quantile_is_scipys():
         for n in (1, 15, 300, 80_000, 10**6):
             for p in (0.001, 0.05, 0.3):
                 assert C.binomial_quantile(q, n, p) == int(stats.binom.ppf(q, n, p)), (q, n, p)
+
+
+# ------------------------------------------------------------- R3 / R4 replicates in the compiled kernels
+
+
+def test_kernel_item_rest_correlations_equal_numpy():
+    from benchfill.irt import kernels
+
+    rng = np.random.default_rng(5)
+    n = rng.integers(0, 5, (40, 300))  # rollouts and unanswered cells; some items answered by < 3 models
+    n[2:, :4] = 0
+    k = rng.binomial(n, 0.6)
+    out = np.empty(300)
+    kernels.item_rest_correlations_one(k, n, out)
+    ref = C.item_rest_correlations(k, n)
+    assert np.array_equal(np.isnan(out), np.isnan(ref)) and np.isnan(ref[:4]).all()
+    assert np.allclose(out[np.isfinite(out)], ref[np.isfinite(ref)], rtol=0, atol=1e-12)
+
+
+def test_kernel_replicates_are_binomial_with_the_model_probability():
+    """Mean replicated counts per cell (2,000 replicates) within a few SEs of n p, with guessing; zero trials stay 0;
+    the row and column totals the kernel adds equal the counts' sums; extreme logits give p = c or 1."""
+    rng = np.random.default_rng(6)
+    J, I, R = 30, 200, 2000
+    n = rng.integers(0, 4, (J, I))
+    theta, b, c = rng.normal(0, 1, J), rng.normal(0, 2, I), rng.uniform(0, 0.3, I)
+    p = c + (1 - c) / (1 + np.exp(-(theta[:, None] - b[None, :])))
+    rep = C._Replicator(n, rng)
+    total = np.zeros((J, I))
+    row, col = np.zeros(J, dtype=np.int64), np.zeros(I, dtype=np.int64)
+    for _ in range(R):
+        total += rep.counts(theta, b, c, row, col)
+    asked = n > 0
+    z = (total / R - n * p)[asked] / np.sqrt(n * p * (1 - p) / R)[asked]
+    assert abs(z.mean()) < 0.1 and 0.9 < z.std() < 1.1 and np.abs(z).max() < 5.5
+    assert total[~asked].sum() == 0
+    assert np.array_equal(row, total.sum(1)) and np.array_equal(col, total.sum(0))
+    far = C._Replicator(np.full((2, 3), 4), rng).counts(np.array([-300.0, 300.0]),
+                                                        np.array([0.0, 1000.0, -1000.0]), None)
+    assert far[0].tolist() == [0, 0, 4] and far[1].tolist() == [4, 0, 4]
+
+
+@pytest.mark.parametrize("kind", ["fitting", "reversed"])
+def test_r3_and_r4_in_the_kernels_decide_as_numpy(kind):
+    """The same fit checked with the compiled replicates (min_work=0) and with numpy: the same verdicts, and on a
+    fitting design the same figures up to Monte Carlo noise; planted reversed items are found by both."""
+    rng = np.random.default_rng(3)
+    theta, b = np.linspace(-2, 2, 12), rng.uniform(-2, 2, 300)
+    r = simulate_responses(theta, b, 4, seed=rng)
+    if kind == "reversed":
+        k = r.n_correct.copy()
+        k[:, :30] = rng.binomial(4, 1 / (1 + np.exp(theta[:, None] + b[None, :30])))
+        r = ResponseMatrix(r.models, r.item_ids, k, r.n_trials)
+    fit = fit_irt(r, IRTSpec(), SamplerSettings(**SETTINGS, seed=0))
+    for fn in (C.check_r3_misfit, C.check_r4_ppc):
+        ref, kern = fn(r, fit, min_work=10**18), fn(r, fit, min_work=0)
+        assert kern.passed == ref.passed
+        assert kern.value == pytest.approx(ref.value, abs=0.03 if kind == "fitting" else 0.05)
+    if kind == "reversed":
+        found = set(C.check_r3_misfit(r, fit, min_work=0).details["misfitting_items"]) & set(r.item_ids[:30])
+        assert len(found) >= 25

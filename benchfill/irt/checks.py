@@ -134,6 +134,50 @@ def _simulate_counts(p: np.ndarray, n: np.ndarray, rng: np.random.Generator) -> 
     return y
 
 
+PPC_KERNEL_MIN_WORK = 20_000_000  # replicated cells (replicates x cells) from which R3 / R4 simulate a 1PL in the
+# compiled kernels (one fused pass per replicate; below it numpy, and no numba import for a small diagnosis)
+
+
+def _use_ppc_kernel(a: np.ndarray | None, n: np.ndarray, n_rep: int, min_work: int) -> bool:
+    """Whether R3 / R4 replicate in :func:`benchfill.irt.kernels.ppc_counts_1pl`: a 1PL (fixed guessing allowed)
+    with few trials per cell (<= SMALL_N, the sums-of-uniforms regime) and at least ``min_work`` replicated cells."""
+    return a is None and int(n.max(initial=0)) <= SMALL_N and n_rep * n.size >= min_work
+
+
+class _Replicator:
+    """Replicated count matrices of a 1PL from posterior draws, one at a time, in the compiled kernel: the
+    sums-of-uniforms simulation of :func:`_simulate_counts` with 32-bit uniforms (the bit generator's raw output)
+    compared in float64 with the exact probability (the numpy path compares float32 uniforms with a float32
+    probability)."""
+
+    def __init__(self, n: np.ndarray, rng: np.random.Generator):
+        from benchfill.irt import kernels
+
+        self.kernels, self.n, self.rng = kernels, np.ascontiguousarray(n, dtype=np.int64), rng
+        self.T = max(1, int(n.max(initial=0)))
+        self.y = np.empty(n.shape, dtype=np.int8)
+
+    def counts(self, theta: np.ndarray, b: np.ndarray, c: np.ndarray | None, row: np.ndarray | None = None,
+               col: np.ndarray | None = None) -> np.ndarray:
+        """(J, I) int8 counts for one draw (theta (J,), b (I,), c (I,) or None); adds the models' and items'
+        totals into ``row`` / ``col`` when given."""
+        J, I = self.n.shape
+        # 32-bit uniforms as the halves of the bit generator's raw 64-bit outputs (as numpy's own 32-bit draws are
+        # made): half the cost of ``rng.integers(0, 2**32, dtype=np.uint32)``, which spends a call per value
+        size = self.T * J * I
+        bits = self.rng.bit_generator.random_raw((size + 1) // 2).view(np.uint32)[:size].reshape(self.T, J, I)
+        # exp(b - m) exp(-(theta - m)) = exp(b - theta) around the draw's mean ability m; logits beyond 700 of it
+        # are clipped there (e^-700 ~ 1e-304: p is 0 or 1 long before), so the product is never 0 x inf
+        m = float(np.mean(theta))
+        F = np.exp(-np.clip(np.asarray(theta, dtype=float) - m, -700.0, 700.0))
+        E = np.exp(np.clip(np.asarray(b, dtype=float) - m, -700.0, 700.0))
+        cc = np.zeros(I) if c is None else np.broadcast_to(np.asarray(c, dtype=float), (I,)).copy()
+        empty = np.zeros(0, dtype=np.int64)
+        self.kernels.ppc_counts_1pl(F, E, cc, self.n, bits, self.y, empty if row is None else row,
+                                    empty if col is None else col)
+        return self.y
+
+
 def _posterior_draws(fit: IRTFit, n_rep: int, rng: np.random.Generator):
     """``n_rep`` posterior draws (with replacement only when the fit has fewer: a MAP fit replicates its one point):
     (indices, theta (S, J), b (S, I), a (S, I) or None, c (S, I) / (I,) / None) for :func:`_ppc_probability`."""
@@ -160,7 +204,8 @@ def binomial_quantile(q: float, n: int, p: float) -> int:
     return k
 
 
-def check_r3_misfit(responses: ResponseMatrix, fit: IRTFit, seed: int = 0, budget: int = 40_000_000) -> Check:
+def check_r3_misfit(responses: ResponseMatrix, fit: IRTFit, seed: int = 0, budget: int = 40_000_000,
+                    min_work: int = PPC_KERNEL_MIN_WORK) -> Check:
     """R3: items whose corrected item-rest correlation is <= 0 AND far below what the fitted model predicts.
 
     On a small panel (12 models), a binary design or a sparse matrix a perfectly fitting item has a correlation
@@ -170,7 +215,8 @@ def check_r3_misfit(responses: ResponseMatrix, fit: IRTFit, seed: int = 0, budge
     distribution is near normal: the item misfits when r <= 0 and its z lies below the replicates' mean by more
     than R3_Z SDs (one-sided 0.001). The check fails when more items misfit than both R3_MAX_MISFIT_SHARE of the
     items and the 95th percentile of that count on a model-true benchmark (Binomial(I, 0.001)). R: R3_REPLICATES,
-    fewer (down to 20) where the matrix is large (``budget`` cells)."""
+    fewer (down to 20) where the matrix is large (``budget`` cells). From ``min_work`` replicated cells a 1PL's
+    replicates are simulated and correlated in compiled kernels (:class:`_Replicator`), one replicate at a time."""
     rng = np.random.default_rng(seed + 1)
     n, k = responses.n_trials, responses.n_correct
     J, I = n.shape
@@ -178,16 +224,28 @@ def check_r3_misfit(responses: ResponseMatrix, fit: IRTFit, seed: int = 0, budge
     n_rep = int(np.clip(budget // max(1, J * I), 20, R3_REPLICATES))
     draws, theta, b, a, c = _posterior_draws(fit, n_rep, rng)
     z_sum, z_sq, z_n = np.zeros(I), np.zeros(I), np.zeros(I)
-    step = max(1, 1_000_000 // max(1, J * I))  # replicates per block: ~10 float64 temporaries of this many cells
-    for r0 in range(0, n_rep, step):
-        s = draws[r0 : r0 + step]
-        cs = None if c is None else (c[s] if c.ndim == 2 else c)
-        y = _simulate_counts(_ppc_probability(theta[s], b[s], None if a is None else a[s], cs), n, rng)
-        z_rep = np.arctanh(np.clip(item_rest_correlations(y, n[None, :, :]), -0.999, 0.999))
-        ok = np.isfinite(z_rep)
-        z_sum += np.where(ok, z_rep, 0.0).sum(0)
-        z_sq += np.where(ok, z_rep**2, 0.0).sum(0)
-        z_n += ok.sum(0)
+    if _use_ppc_kernel(a, n, n_rep, min_work):
+        rep = _Replicator(n, rng)
+        corr = np.empty(I)
+        for s in draws:
+            y = rep.counts(theta[s], b[s], None if c is None else (c[s] if c.ndim == 2 else c))
+            rep.kernels.item_rest_correlations_one(y, rep.n, corr)
+            z_rep = np.arctanh(np.clip(corr, -0.999, 0.999))
+            ok = np.isfinite(z_rep)
+            z_sum += np.where(ok, z_rep, 0.0)
+            z_sq += np.where(ok, z_rep**2, 0.0)
+            z_n += ok
+    else:
+        step = max(1, 1_000_000 // max(1, J * I))  # replicates per block: ~10 float64 temporaries of this many cells
+        for r0 in range(0, n_rep, step):
+            s = draws[r0 : r0 + step]
+            cs = None if c is None else (c[s] if c.ndim == 2 else c)
+            y = _simulate_counts(_ppc_probability(theta[s], b[s], None if a is None else a[s], cs), n, rng)
+            z_rep = np.arctanh(np.clip(item_rest_correlations(y, n[None, :, :]), -0.999, 0.999))
+            ok = np.isfinite(z_rep)
+            z_sum += np.where(ok, z_rep, 0.0).sum(0)
+            z_sq += np.where(ok, z_rep**2, 0.0).sum(0)
+            z_n += ok.sum(0)
     mean = z_sum / np.maximum(z_n, 1)
     sd = np.sqrt(np.maximum(z_sq / np.maximum(z_n, 1) - mean**2, 0.0) * z_n / np.maximum(z_n - 1, 1))
     z_obs = np.arctanh(np.clip(r_obs, -0.999, 0.999))
@@ -229,12 +287,14 @@ def _ppc_probability(theta: np.ndarray, b: np.ndarray, a: np.ndarray | None, c: 
 
 
 def check_r4_ppc(responses: ResponseMatrix, fit: IRTFit, n_rep: int = 400, seed: int = 0,
-                 budget: int = 8_000_000) -> Check:
+                 budget: int = 8_000_000, min_work: int = PPC_KERNEL_MIN_WORK) -> Check:
     """R4: posterior predictive check of per-model accuracy and per-item pass rate: the share of models and items
     whose observed figure lies outside the central 95 % of its posterior predictive distribution.
 
     Replicates are simulated in blocks of draws (at most ``budget`` cells at a time) in float32; cells with few
-    trials (<= 16 in every cell) as sums of uniforms compared with their probability, others by binomial draws."""
+    trials (<= 16 in every cell) as sums of uniforms compared with their probability, others by binomial draws.
+    From ``min_work`` replicated cells a 1PL's replicates are simulated one at a time in a compiled kernel that
+    also sums them (:class:`_Replicator`): no (R, J, I) temporaries."""
     rng = np.random.default_rng(seed)
     draws, theta, b, a, c = _posterior_draws(fit, n_rep, rng)
     n = responses.n_trials
@@ -243,13 +303,21 @@ def check_r4_ppc(responses: ResponseMatrix, fit: IRTFit, n_rep: int = 400, seed:
     n_item = np.maximum(n.sum(0), 1).astype(float)
     ms = np.empty((n_rep, J))
     its = np.empty((n_rep, I))
-    step = max(1, budget // max(1, J * I))
-    for r0 in range(0, n_rep, step):
-        s = draws[r0 : r0 + step]
-        cs = None if c is None else (c[s] if c.ndim == 2 else c)
-        y = _simulate_counts(_ppc_probability(theta[s], b[s], None if a is None else a[s], cs), n, rng)
-        ms[r0 : r0 + len(s)] = y.sum(2, dtype=np.int64) / n_model
-        its[r0 : r0 + len(s)] = y.sum(1, dtype=np.int64) / n_item
+    if _use_ppc_kernel(a, n, len(draws), min_work):
+        rep = _Replicator(n, rng)
+        row, col = np.empty(J, dtype=np.int64), np.empty(I, dtype=np.int64)
+        for r, s in enumerate(draws):
+            row[:], col[:] = 0, 0
+            rep.counts(theta[s], b[s], None if c is None else (c[s] if c.ndim == 2 else c), row, col)
+            ms[r], its[r] = row / n_model, col / n_item
+    else:
+        step = max(1, budget // max(1, J * I))
+        for r0 in range(0, n_rep, step):
+            s = draws[r0 : r0 + step]
+            cs = None if c is None else (c[s] if c.ndim == 2 else c)
+            y = _simulate_counts(_ppc_probability(theta[s], b[s], None if a is None else a[s], cs), n, rng)
+            ms[r0 : r0 + len(s)] = y.sum(2, dtype=np.int64) / n_model
+            its[r0 : r0 + len(s)] = y.sum(1, dtype=np.int64) / n_item
 
     def outside(sim: np.ndarray, obs: np.ndarray) -> np.ndarray:
         lo, hi = np.quantile(sim, [0.025, 0.975], axis=0)

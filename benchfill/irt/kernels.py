@@ -144,3 +144,92 @@ def draws_from_cells(e0, jump, exp_jump, nodes, delta, h, key_ptr, key_pos, item
                 else:
                     t = np.log1p(max(dl * rho, -1.0 + 1e-16)) / dl
                 out[row0 + b, items[pos]] = nodes[kn, lo] + shift + h * min(max(t, 0.0), 1.0)
+
+
+# ---------------------------------------------------------------------------- posterior predictive replicates
+
+TWO_POW_M32 = 2.0**-32
+
+
+@njit(cache=True, nogil=True)
+def ppc_counts_1pl(F, E, c, n, bits, y, row, col):
+    """One replicated count matrix of a 1PL (with fixed guessing c) for the checks R3 / R4, fused in one pass.
+
+    y[j, i] = #{t < n[j, i] : u_tji < p_ji}, with p_ji = c_i + (1 - c_i) sigmoid(theta_j - b_i) and
+    u_tji = bits[t, j, i] / 2^32 (uniform on the 2^32 grid). Written without a division or an exponential per
+    cell: F = exp(-theta) (J,), E = exp(b) (I,), so sigmoid = 1 / (1 + E_i F_j), and u < p is tested as
+    (u - c_i) (1 + E_i F_j) < 1 - c_i (the same inequality multiplied by 1 + E_i F_j > 0). When E_i F_j
+    overflows (p = c_i) the product is -inf, +inf or nan (u = c_i): a hit exactly when u < c_i, as it should be
+    (E and F must be finite: the caller clips their exponents).
+
+    Args:
+        F, E: as above, float64.  c: (I,) guessing rates (zeros without guessing).  n: (J, I) trials.
+        bits: (T, J, I) uint32, T >= max trials.  y: (J, I) int8 output.
+        row, col: (J,) / (I,) int64 outputs, += each model's / item's replicated total (size 0: skipped).
+    """
+    T, J, I = bits.shape
+    for j in range(J):
+        fj = F[j]
+        for i in range(I):
+            y[j, i] = 0
+        for t in range(T):
+            for i in range(I):
+                u = bits[t, j, i] * TWO_POW_M32
+                hit = ((u - c[i]) * (1.0 + E[i] * fj) < 1.0 - c[i]) & (t < n[j, i])
+                y[j, i] += np.int8(hit)
+    if row.shape[0] > 0:
+        for j in range(J):
+            s = 0
+            for i in range(I):
+                s += y[j, i]
+            row[j] += s
+    if col.shape[0] > 0:
+        for j in range(J):
+            for i in range(I):
+                col[i] += y[j, i]
+
+
+@njit(cache=True, nogil=True)
+def item_rest_correlations_one(y, n, out):
+    """:func:`benchfill.irt.checks.item_rest_correlations` of one (J, I) count matrix into ``out`` (I,), in three
+    passes over the cells (the same centred sums; NaN where fewer than 3 models answered or a side has no
+    variance)."""
+    J, I = n.shape
+    total = np.zeros(J)
+    count = np.zeros(J)
+    for j in range(J):
+        for i in range(I):
+            if n[j, i] > 0:
+                total[j] += y[j, i] / n[j, i]
+                count[j] += 1.0
+    m = np.zeros(I)
+    sx = np.zeros(I)
+    sy = np.zeros(I)
+    for j in range(J):
+        den = max(count[j] - 1.0, 1.0)
+        for i in range(I):
+            if n[j, i] > 0:
+                rate = y[j, i] / n[j, i]
+                m[i] += 1.0
+                sx[i] += rate
+                sy[i] += (total[j] - rate) / den
+    for i in range(I):
+        mi = max(m[i], 1.0)
+        sx[i] /= mi
+        sy[i] /= mi
+    sxx = np.zeros(I)
+    syy = np.zeros(I)
+    sxy = np.zeros(I)
+    for j in range(J):
+        den = max(count[j] - 1.0, 1.0)
+        for i in range(I):
+            if n[j, i] > 0:
+                rate = y[j, i] / n[j, i]
+                x = rate - sx[i]
+                z = (total[j] - rate) / den - sy[i]
+                sxx[i] += x * x
+                syy[i] += z * z
+                sxy[i] += x * z
+    for i in range(I):
+        d = np.sqrt(sxx[i] * syy[i])
+        out[i] = sxy[i] / d if (d > 1e-12 and m[i] >= 3) else np.nan
