@@ -62,8 +62,15 @@ def with_population(responses: ResponseMatrix, spec: IRTSpec, seed: int = 0) -> 
 
     if spec.prior is not None or spec.population == "paper":
         return spec
+    from threadpoolctl import threadpool_limits
+
     keys = fast.reduce_items(responses.n_correct, responses.n_trials, spec.guessing)
-    prior, _ = population.learn_population(keys, spec.population, seed)
+    # one BLAS thread, as the samplers' chains run: the mode searches' (J, J) factorisations are small enough that
+    # a second thread gains little on a quiet machine, and where the cores are shared OpenBLAS's spinning threads
+    # made each one 10-30x slower (measured on 2 shared cores, 1,000 models: a Cholesky factorisation and solve
+    # 0.05 s on one thread, 0.1-1.6 s on two; the population of 1,000 x 5,000 took 9 to 124 s on two threads)
+    with threadpool_limits(limits=1):
+        prior, _ = population.learn_population(keys, spec.population, seed)
     return replace(spec, prior=prior)
 
 
