@@ -845,14 +845,38 @@ def cov_margins(cov: np.ndarray) -> MarginFn:
     return margins
 
 
-def draw_margins(shifts: np.ndarray) -> MarginFn:
-    """Room for theta's uncertainty from actual draws: the exact range of (w_k - wbar) . (theta_s - theta_ref)."""
+class DrawMargins:
+    """Room for theta's uncertainty from actual draws (a :data:`MarginFn`): the exact range of
+    (w_k - wbar) . (theta_s - theta_ref) over the draws s.
 
-    def margins(w: np.ndarray, wbar: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        proj = shifts @ (w - wbar).T  # (S, K)
+    :func:`build_blocks` prices many groupings of the same keys; it projects every key's w on the draws once
+    (:meth:`projections`, one (S, J) x (J, K) product) and takes each group's range from those columns
+    (:func:`projected_margins`) instead of one (S, J) x (J, k) product per grouping tried."""
+
+    def __init__(self, shifts: np.ndarray):
+        self.shifts = shifts
+
+    def __call__(self, w: np.ndarray, wbar: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        proj = self.shifts @ (w - wbar).T  # (S, K)
         return -np.minimum(proj.min(0), 0.0), np.maximum(proj.max(0), 0.0)
 
-    return margins
+    def projections(self, w: np.ndarray) -> np.ndarray:
+        """(S, K) w_k . (theta_s - theta_ref) for every key."""
+        return self.shifts @ w.T
+
+
+def projected_margins(proj: np.ndarray, centred: bool) -> tuple[np.ndarray, np.ndarray]:
+    """:class:`DrawMargins` of a group from its keys' columns of :meth:`DrawMargins.projections` (S, k): with
+    ``centred`` (wbar = the group's mean w) the draws' projection on wbar is the columns' mean (the product is
+    linear), so the result equals the direct one up to round-off."""
+    if centred:
+        proj = proj - proj.mean(1, keepdims=True)
+    return -np.minimum(proj.min(0), 0.0), np.maximum(proj.max(0), 0.0)
+
+
+def draw_margins(shifts: np.ndarray) -> DrawMargins:
+    """Room for theta's uncertainty from actual draws (:class:`DrawMargins`)."""
+    return DrawMargins(shifts)
 
 
 BATCHED_BLOCK_OVERHEAD = 2_500.0  # the per-block overhead per ability vector where blocks are used in batches
@@ -900,6 +924,8 @@ def build_blocks(keys: ItemKeys, win: KeyWindows, margins: MarginFn, prior: Popu
     """
     K, J = keys.n.shape
     blocks: list[Block] = []
+    # draws' projections of every key's w, computed once for all the groupings priced below
+    proj = margins.projections(win.w) if isinstance(margins, DrawMargins) else None
     for cval in np.unique(keys.c):
         sel = np.flatnonzero(keys.c == cval)
         order = sel[np.argsort(win.h[sel])]
@@ -908,7 +934,7 @@ def build_blocks(keys: ItemKeys, win: KeyWindows, margins: MarginFn, prior: Popu
 
         def shape(g: np.ndarray) -> dict:
             wbar = win.w[g].mean(0) if track else np.zeros(J)
-            down, up = margins(win.w[g], wbar)
+            down, up = margins(win.w[g], wbar) if proj is None else projected_margins(proj[:, g], track)
             a, b = win.a[g] - down, win.b[g] + up
             hh = win.h[g].min()
             width = int(np.ceil((b - a).max() / hh)) + 2
