@@ -819,6 +819,8 @@ def key_windows(keys: ItemKeys, theta: np.ndarray, lo: float, hi: float, prior: 
         info = expected_information(theta, blk.grid, P, blk)
         s1 = 1.0 / (1.0 + np.exp(-(theta[:, None] - blk.grid[None, :])))
         curv_n = s1 * (1 - s1)  # (J, L) -d2/db2 of each softplus term, per trial
+        # every key's -d2/db2 of the likelihood on the lattice: one row when all keys have the same trials
+        curv_keys = (blk.n_shared @ curv_n)[None, :] if blk.n_shared is not None else blk.n @ curv_n
         w[blk.keys] = info / (1.0 + info.sum(1, keepdims=True))  # implicit function theorem at the mode
         g = blk.grid
         # the window's shape changes a little as theta moves; a window that runs far into an exponential tail of
@@ -828,7 +830,7 @@ def key_windows(keys: ItemKeys, theta: np.ndarray, lo: float, hi: float, prior: 
         a[blk.keys] = g[first] - pad
         b[blk.keys] = g[last] + pad
         win = (g[None, :] >= a[blk.keys][:, None]) & (g[None, :] <= b[blk.keys][:, None])
-        curv = prior.curvature + np.where(win, blk.n @ curv_n, 0.0).max(1)  # largest curvature over the window
+        curv = prior.curvature + np.where(win, curv_keys, 0.0).max(1)  # largest curvature over the window
         h[blk.keys] = 1.0 / (H_FACTOR * np.sqrt(curv))
     return KeyWindows(a, b, h, w, np.asarray(theta, dtype=float))
 
