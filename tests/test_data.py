@@ -286,3 +286,82 @@ def test_a_wide_dataframe_loads_as_the_same_data_written_as_csv(tmp_path):
     bad.iloc[2, 4] = "x"
     with pytest.raises(InputError, match=r"row 4: wide matrix cell model=m2, q4='x' is not 0/1"):
         bf.load_responses(bad)
+
+
+# ----------------------------------------------------------------- the plain long CSV's vectorised reader
+
+PLAIN_CASES = {
+    "plain": (GOOD, True),
+    "no final newline": (GOOD.rstrip("\n"), True),
+    "columns reordered, an extra one": ("item_id,n_trials,model,n_correct,note\nq1,4,a,1,x\nq2,4,a,0,\nq1,4,b,4,y y\n"
+                                        "q2,4,b,2,z\n", True),
+    "spaces inside names": ("model,item_id,n_correct,n_trials\nGPT 4o,q 1,1,4\nGPT 4o,q 2,0,4\nb,q 1,4,4\nb,q 2,2,4\n",
+                            True),
+    "long ids (hashed)": ("model,item_id,n_correct,n_trials\n" + "".join(
+        f"model-{m}-of-the-panel,benchmark/item-{i:05d},{(m + i) % 3},2\n" for m in range(3) for i in (7, 3, 12, 5)),
+        True),
+    "rows in any order": ("model,item_id,n_correct,n_trials\nb,q2,2,4\na,q1,1,4\nb,q1,4,4\na,q2,0,4\n", True),
+    "an unattempted cell": ("model,item_id,n_correct,n_trials\na,q1,1,4\na,q2,0,0\nb,q1,4,4\nb,q2,2,4\n", True),
+    "leading zeros": ("model,item_id,n_correct,n_trials\na,q1,001,04\na,q2,0,4\nb,q1,4,4\nb,q2,2,4\n", True),
+    "task column": ("model,item_id,n_correct,n_trials,task\na,q1,1,4,t\na,q2,0,4,t\nb,q1,4,4,u\nb,q2,2,4,u\n", False),
+    "a blank line": (GOOD.replace("\nb,q1", "\n\nb,q1"), False),
+    "CRLF": (GOOD.replace("\n", "\r\n"), False),
+    "quotes": (GOOD.replace("a,q1", '"a",q1'), False),
+    "a space before a name": (GOOD.replace("b,q1", " b,q1"), False),
+    "a float count": (GOOD.replace("a,q1,1,4", "a,q1,1.0,4"), False),
+    "a negative count": (GOOD.replace("a,q1,1,4", "a,q1,-1,4"), False),
+    "correct > trials": (GOOD.replace("a,q1,1,4", "a,q1,5,4"), False),
+    "a duplicate row": (GOOD + "a,q1,1,4\n", False),
+    "a short row": (GOOD.replace("a,q1,1,4", "a,q1,1"), False),
+    "a long row": (GOOD.replace("a,q1,1,4", "a,q1,1,4,9"), False),
+    "an empty model": (GOOD.replace("a,q1,1,4", ",q1,1,4"), False),
+    "a never attempted item": (GOOD.replace("a,q2,0,4", "a,q2,0,0").replace("b,q2,2,4", "b,q2,0,0"), False),
+    "one model": ("model,item_id,n_correct,n_trials\na,q1,1,4\na,q2,0,4\n", False),
+    "header only": ("model,item_id,n_correct,n_trials\n", False),
+    "a repeated column": ("model,item_id,n_correct,n_trials,model\na,q1,1,4,z\nb,q1,0,4,z\n", False),
+    "non-ASCII": (GOOD.replace("b,", "é,"), False),
+}
+
+
+@pytest.mark.parametrize("case", list(PLAIN_CASES))
+def test_plain_reader_equals_the_general_one_or_declines(tmp_path, case):
+    """The vectorised reader of plain long CSVs gives the general reader's matrix, or declines (None) and the general
+    reader reads the file (with its message where a rule is broken)."""
+    from pathlib import Path
+
+    from benchfill import data as D
+
+    text, plain = PLAIN_CASES[case]
+    path = write(tmp_path, "r.csv", text)
+    fast = D._plain_long_csv(Path(path), text, None, 2)
+    assert (fast is not None) == plain
+    try:
+        slow = D._matrix_from_long(Path(path), D._csv_rows(Path(path), text), None, 2)
+    except InputError as exc:
+        assert fast is None
+        with pytest.raises(InputError) as got:
+            load_responses(path)
+        assert str(got.value) == str(exc)
+        return
+    if fast is not None:
+        assert (fast.models, fast.item_ids, fast.source, fast.meta) == (slow.models, slow.item_ids, slow.source,
+                                                                       slow.meta)
+        assert np.array_equal(fast.n_correct, slow.n_correct) and np.array_equal(fast.n_trials, slow.n_trials)
+    loaded = load_responses(path)
+    assert loaded.models == slow.models and np.array_equal(loaded.n_correct, slow.n_correct)
+
+
+def test_plain_reader_with_an_items_file(tmp_path):
+    from pathlib import Path
+
+    from benchfill import data as D
+
+    items = [Item(id=i, question="?", answer="1") for i in ("q2", "q1")]
+    path = write(tmp_path, "r.csv", GOOD)
+    fast = D._plain_long_csv(Path(path), GOOD, items, 2)
+    slow = D._matrix_from_long(Path(path), D._csv_rows(Path(path), GOOD), items, 2)
+    assert fast is not None and fast.item_ids == slow.item_ids == ["q2", "q1"]
+    assert np.array_equal(fast.n_correct, slow.n_correct)
+    extra = items + [Item(id="q9", question="?", answer="1")]  # never attempted: the general reader says so
+    assert D._plain_long_csv(Path(path), GOOD, extra, 2) is None
+    assert D._plain_long_csv(Path(path), GOOD, items[:1], 2) is None  # q1 unknown
