@@ -250,6 +250,7 @@ def read_responses(path: str | Path, items: Sequence[Item] | None = None, *, min
 # the bytes a plain long CSV may hold for :func:`_plain_long_csv`: printable ASCII but the quote, the space, newlines
 _PLAIN_BYTES = bytes(range(0x20, 0x7F)).replace(b'"', b"") + b"\n"
 _HASH_MULT = np.uint64(0x100000001B3)  # FNV-1a's 64-bit prime
+_BYTE_MASKS = np.array([(1 << 8 * k) - 1 for k in range(8)] + [2**64 - 1], dtype=np.uint64)  # the first k bytes
 
 
 def _plain_long_csv(path: Path, text: str, items: Sequence[Item] | None, min_models: int) -> ResponseMatrix | None:
@@ -260,11 +261,12 @@ def _plain_long_csv(path: Path, text: str, items: Sequence[Item] | None, min_mod
     without spaces that holds model, item_id, n_correct, n_trials (and no ``task``), every row with the header's
     number of fields, counts of 1 to 15 digits, model names and item ids not empty and neither opening nor ending
     with a space. Valid: every rule of :func:`_matrix_from_long` holds (any broken one: None, so the message is the
-    general reader's). Fields are located by one scan for the commas and newlines; the counts are parsed digit by
-    digit over all rows at once; names of up to 8 bytes are grouped by their bytes packed in one integer, longer
-    ones by a 64-bit FNV-1a hash of their bytes, and then every field is compared byte by byte with its group's
-    first, so a hash collision can only send the file to the general reader, never merge two names. The result equals the general reader's (models and items in order of
-    first appearance)."""
+    general reader's). Fields are located by one scan for the commas and newlines; fields are read 8 bytes at a time (an overlapping
+    integer view of the text); the counts are parsed digit by digit over all rows at once; names of up to 8 bytes
+    are grouped by their bytes as one integer, longer ones by a 64-bit FNV-1a hash over their 8-byte chunks, and
+    then every field is compared with its group's first, so a hash collision can only send the file to the general
+    reader, never merge two names. The result equals the general reader's (models and items in order of first
+    appearance)."""
     if not text.isascii() or "\n" not in text:
         return None
     data = text.encode("ascii")
@@ -278,10 +280,13 @@ def _plain_long_csv(path: Path, text: str, items: Sequence[Item] | None, min_mod
             or not set(LONG_COLUMNS) <= set(header) or "task" in header):
         return None
     ncol = len(header)
+    data += bytes(8)  # so that 8 bytes can be read from every position of the text
     arr = np.frombuffer(data, dtype=np.uint8)
-    body = arr[head_end + 1:]
+    body = arr[head_end + 1 : len(data) - 8]
     if body.size == 0:
         return None
+    # the 8 bytes from each position as one little-endian integer (an unaligned, overlapping view: no copy)
+    words = np.ndarray((len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))[head_end + 1:]
     ends = np.flatnonzero(body <= 44)  # each field's end, its comma or newline, among the few bytes <= ","
     ends = ends[(body[ends] == 44) | (body[ends] == 10)]
     if ends.size % ncol:
@@ -294,18 +299,25 @@ def _plain_long_csv(path: Path, text: str, items: Sequence[Item] | None, min_mod
     starts.reshape(-1)[1:] = ends.reshape(-1)[:-1] + 1
     col = {name: k for k, name in enumerate(header)}
 
+    def chunk(s: np.ndarray, width: np.ndarray, c: int) -> np.ndarray:
+        """Bytes 8c .. 8c + 7 of each field (those past its end zeroed) as one integer."""
+        left = np.clip(width - 8 * c, 0, 8)
+        return words[np.where(left > 0, s + 8 * c, s)] & _BYTE_MASKS[left]
+
     def counts(name: str) -> np.ndarray | None:
         s, e = starts[:, col[name]], ends[:, col[name]]
         width = e - s
         if width.min() < 1 or width.max() > 15:
             return None
         value = np.zeros(len(s), dtype=np.int64)
-        for k in range(int(width.max())):
-            live = k < width
-            digit = body[np.where(live, s + k, s)].astype(np.int64) - 48
-            if ((digit < 0) | (digit > 9))[live].any():
-                return None
-            value = np.where(live, value * 10 + digit, value)
+        for c in range((int(width.max()) + 7) // 8):
+            word = chunk(s, width, c)
+            for k in range(min(8, int(width.max()) - 8 * c)):
+                live = 8 * c + k < width
+                digit = ((word >> np.uint64(8 * k)) & np.uint64(0xFF)).astype(np.int64) - 48
+                if ((digit < 0) | (digit > 9))[live].any():
+                    return None
+                value = np.where(live, value * 10 + digit, value)
         return value
 
     def codes(name: str) -> tuple[list[str], np.ndarray] | None:
@@ -313,13 +325,13 @@ def _plain_long_csv(path: Path, text: str, items: Sequence[Item] | None, min_mod
         width = e - s
         if width.min() < 1 or (body[s] == 32).any() or (body[e - 1] == 32).any():
             return None  # empty, or spaces the general reader strips
-        exact = int(width.max()) <= 8  # up to 8 bytes: the bytes themselves are the key (no NUL in plain text)
-        key = np.zeros(len(s), dtype=np.uint64) if exact else np.full(len(s), 0xCBF29CE484222325, dtype=np.uint64)
-        for k in range(int(width.max())):
-            live = k < width
-            byte = body[np.where(live, s + k, s)].astype(np.uint64)
-            key = np.where(live, key | (byte << np.uint64(8 * k)) if exact else (key ^ byte) * _HASH_MULT, key)
-        if not exact:
+        n_chunks = (int(width.max()) + 7) // 8
+        if n_chunks == 1:  # up to 8 bytes: the bytes themselves are the key (no NUL in plain text)
+            key = chunk(s, width, 0)
+        else:
+            key = np.full(len(s), 0xCBF29CE484222325, dtype=np.uint64)
+            for c in range(n_chunks):
+                key = (key ^ chunk(s, width, c)) * _HASH_MULT
             key ^= width.astype(np.uint64)
         # runs of equal keys (a long file lists a model's rows together) and the distinct keys: np.unique of the
         # values alone and a binary search are ~3x faster than np.unique(return_inverse=True)'s stable argsort
@@ -330,13 +342,12 @@ def _plain_long_csv(path: Path, text: str, items: Sequence[Item] | None, min_mod
         inverse = np.repeat(run_code, np.diff(np.append(run, len(key))))
         first = np.full(len(distinct), len(s), dtype=np.int64)
         np.minimum.at(first, run_code, run)  # each group's first row
-        if not exact:
+        if n_chunks > 1:  # hashed: every field must equal its group's first, byte for byte
             rep = first[inverse]
             if (width[rep] != width).any():
                 return None
-            for k in range(int(width.max())):
-                live = k < width
-                if (body[np.where(live, s + k, s)] != body[np.where(live, s[rep] + k, s[rep])])[live].any():
+            for c in range(n_chunks):
+                if (chunk(s, width, c) != chunk(s[rep], width, c)).any():
                     return None  # a hash collision: let the general reader decide
         order = np.argsort(first)
         rank = np.empty(len(first), dtype=np.int64)
