@@ -178,6 +178,21 @@ class _Replicator:
         return self.y
 
 
+def _draws_guessing(c: np.ndarray | None, s):
+    """The guessing rates of draws ``s`` from :func:`_posterior_draws`' ``c``: per draw (S, I), fixed (I,) or None."""
+    return None if c is None else (c[s] if c.ndim == 2 else c)
+
+
+def _add_fisher_z(corr: np.ndarray, z_sum: np.ndarray, z_sq: np.ndarray, z_n: np.ndarray) -> None:
+    """Adds the Fisher z of replicated item-rest correlations ``corr`` (R, I) (NaN: not defined) to the per-item
+    sums ``z_sum``, ``z_sq`` and counts ``z_n`` (I,), in place."""
+    z_rep = np.arctanh(np.clip(corr, -0.999, 0.999))
+    ok = np.isfinite(z_rep)
+    z_sum += np.where(ok, z_rep, 0.0).sum(0)
+    z_sq += np.where(ok, z_rep**2, 0.0).sum(0)
+    z_n += ok.sum(0)
+
+
 def _posterior_draws(fit: IRTFit, n_rep: int, rng: np.random.Generator):
     """``n_rep`` posterior draws (with replacement only when the fit has fewer: a MAP fit replicates its one point):
     (indices, theta (S, J), b (S, I), a (S, I) or None, c (S, I) / (I,) / None) for :func:`_ppc_probability`."""
@@ -228,24 +243,16 @@ def check_r3_misfit(responses: ResponseMatrix, fit: IRTFit, seed: int = 0, budge
         rep = _Replicator(n, rng)
         corr = np.empty(I)
         for s in draws:
-            y = rep.counts(theta[s], b[s], None if c is None else (c[s] if c.ndim == 2 else c))
+            y = rep.counts(theta[s], b[s], _draws_guessing(c, s))
             rep.kernels.item_rest_correlations_one(y, rep.n, corr)
-            z_rep = np.arctanh(np.clip(corr, -0.999, 0.999))
-            ok = np.isfinite(z_rep)
-            z_sum += np.where(ok, z_rep, 0.0)
-            z_sq += np.where(ok, z_rep**2, 0.0)
-            z_n += ok
+            _add_fisher_z(corr[None, :], z_sum, z_sq, z_n)
     else:
         step = max(1, 1_000_000 // max(1, J * I))  # replicates per block: ~10 float64 temporaries of this many cells
         for r0 in range(0, n_rep, step):
             s = draws[r0 : r0 + step]
-            cs = None if c is None else (c[s] if c.ndim == 2 else c)
-            y = _simulate_counts(_ppc_probability(theta[s], b[s], None if a is None else a[s], cs), n, rng)
-            z_rep = np.arctanh(np.clip(item_rest_correlations(y, n[None, :, :]), -0.999, 0.999))
-            ok = np.isfinite(z_rep)
-            z_sum += np.where(ok, z_rep, 0.0).sum(0)
-            z_sq += np.where(ok, z_rep**2, 0.0).sum(0)
-            z_n += ok.sum(0)
+            y = _simulate_counts(_ppc_probability(theta[s], b[s], None if a is None else a[s], _draws_guessing(c, s)),
+                                 n, rng)
+            _add_fisher_z(item_rest_correlations(y, n[None, :, :]), z_sum, z_sq, z_n)
     mean = z_sum / np.maximum(z_n, 1)
     sd = np.sqrt(np.maximum(z_sq / np.maximum(z_n, 1) - mean**2, 0.0) * z_n / np.maximum(z_n - 1, 1))
     z_obs = np.arctanh(np.clip(r_obs, -0.999, 0.999))
@@ -308,14 +315,14 @@ def check_r4_ppc(responses: ResponseMatrix, fit: IRTFit, n_rep: int = 400, seed:
         row, col = np.empty(J, dtype=np.int64), np.empty(I, dtype=np.int64)
         for r, s in enumerate(draws):
             row[:], col[:] = 0, 0
-            rep.counts(theta[s], b[s], None if c is None else (c[s] if c.ndim == 2 else c), row, col)
+            rep.counts(theta[s], b[s], _draws_guessing(c, s), row, col)
             ms[r], its[r] = row / n_model, col / n_item
     else:
         step = max(1, budget // max(1, J * I))
         for r0 in range(0, n_rep, step):
             s = draws[r0 : r0 + step]
-            cs = None if c is None else (c[s] if c.ndim == 2 else c)
-            y = _simulate_counts(_ppc_probability(theta[s], b[s], None if a is None else a[s], cs), n, rng)
+            y = _simulate_counts(_ppc_probability(theta[s], b[s], None if a is None else a[s], _draws_guessing(c, s)),
+                                 n, rng)
             ms[r0 : r0 + len(s)] = y.sum(2, dtype=np.int64) / n_model
             its[r0 : r0 + len(s)] = y.sum(1, dtype=np.int64) / n_item
 
