@@ -48,7 +48,8 @@ def fit_irt(responses: ResponseMatrix, spec: IRTSpec | None = None, settings: Sa
 def _fit_exact(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings) -> IRTFit:
     """The "fast" sampler: the quadrature engine with independence MH on the abilities
     (:func:`benchfill.irt.fast.fit_fast`) at the paper's scale, two-block Gibbs (:func:`benchfill.irt.gibbs.fit_gibbs`)
-    from ``GIBBS_MIN_MODELS`` models without guessing, where a joint proposal for the abilities no longer fits."""
+    from ``GIBBS_MIN_MODELS`` models, where a joint proposal for the abilities no longer fits (with guessing too, by
+    data augmentation)."""
     if gibbs.use_gibbs(len(responses.models), spec.guessing):
         return gibbs.fit_gibbs(responses, spec, settings)
     return fast.fit_fast(responses, spec, settings)
