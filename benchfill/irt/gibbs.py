@@ -64,10 +64,6 @@ def use_gibbs(n_models: int, guessing: np.ndarray | None) -> bool:
     return n_models >= GIBBS_MIN_MODELS
 
 
-def has_guessing(guessing: np.ndarray | None) -> bool:
-    return guessing is not None and bool(np.any(np.asarray(guessing) > 0))
-
-
 def _room(width: float):
     """A margin function (see :data:`benchfill.irt.fast.MarginFn`): the same room each way for every key."""
 
@@ -277,7 +273,7 @@ def _fit_gibbs(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettin
     t0 = time.perf_counter()
     y, n = responses.n_correct, responses.n_trials
     aug = None
-    if has_guessing(spec.guessing):
+    if spec.has_guessing:
         assert spec.guessing is not None
         items = fast.reduce_items(y, n, spec.guessing)
         models, aug = augmented_models(y, n, spec.guessing)
