@@ -7,6 +7,8 @@ import sqlite3
 import subprocess
 import sys
 
+import pytest
+
 from benchfill.models.cache import CallCache, call_key, scrub, strip_secrets
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -46,6 +48,39 @@ def test_put_get_wal_and_grades(tmp_path):
     assert cache.get_grade("k", "item")["label"] == "correct"
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    cache.close()
+
+
+class _SignalAfter:
+    """A connection proxy that lets ``statement`` run, then raises KeyboardInterrupt as a signal handler would
+    (Ctrl-C, or SIGTERM through cli_support) landing between two statements."""
+
+    def __init__(self, conn: sqlite3.Connection, statement: str) -> None:
+        self.conn, self.statement = conn, statement
+
+    def execute(self, sql: str, *args):
+        out = self.conn.execute(sql, *args)
+        if sql == self.statement:
+            self.statement = ""
+            raise KeyboardInterrupt
+        return out
+
+    def __getattr__(self, name: str):
+        return getattr(self.conn, name)
+
+
+def test_a_signal_right_after_commit_or_begin_surfaces_as_itself(tmp_path):
+    """Seen in CI: a SIGTERM landing just after COMMIT made the cleanup's ROLLBACK fail ("no transaction is
+    active"), and that OperationalError replaced the signal's exception, so the command ended in a traceback
+    instead of exit 143. Now the signal's own exception surfaces, a committed row stays, an open one is undone."""
+    cache = CallCache(tmp_path / "c.sqlite")
+    real = cache._conn
+    for statement, kept in (("COMMIT", True), ("BEGIN", False)):
+        cache._conn = _SignalAfter(real, statement)
+        with pytest.raises(KeyboardInterrupt):
+            _put(cache, statement, "t")
+        cache._conn = real
+        assert (cache.get(statement) is not None) is kept and not real.in_transaction
     cache.close()
 
 

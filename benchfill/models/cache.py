@@ -185,8 +185,8 @@ class CallCache:
         ts = _now()
         safe_params = _canonical(strip_secrets(dict(params)))
         with self._lock:
-            self._conn.execute("BEGIN")
-            try:
+            try:  # BEGIN inside: a signal landing right after it must still roll the transaction back
+                self._conn.execute("BEGIN")
                 self._conn.execute(
                     "INSERT OR IGNORE INTO prompts (prompt_hash, messages) VALUES (?, ?)",
                     (phash, _canonical(list(messages))),
@@ -206,7 +206,10 @@ class CallCache:
                 )
                 self._conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                # a signal (Ctrl-C, SIGTERM) can land just before BEGIN took effect or just after COMMIT did: then
+                # there is nothing to undo, and a failing ROLLBACK must not mask the signal's own exception
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
                 raise
 
     def put_many(self, rows: Sequence[dict[str, Any]]) -> None:
