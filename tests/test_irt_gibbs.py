@@ -96,8 +96,7 @@ def test_gibbs_is_deterministic_with_and_without_guessing():
 
 
 def test_the_fast_sampler_sends_leaderboards_to_gibbs_with_or_without_guessing():
-    assert gibbs.use_gibbs(100, None) and not gibbs.use_gibbs(99, None)
-    assert gibbs.use_gibbs(500, np.full(3, 0.1)) and not gibbs.use_gibbs(99, np.full(3, 0.1))
+    assert gibbs.use_gibbs(100) and not gibbs.use_gibbs(99)
     resp, _, _ = _binary(12, 50, seed=4, guessing=0.1)
     models, aug = gibbs.augmented_models(resp.n_correct, resp.n_trials, np.full(50, 0.1))
     assert models.n_keys == 12 and np.array_equal(models.r, resp.n_correct.sum(1))  # built with every right known

@@ -50,7 +50,7 @@ def _fit_exact(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettin
     (:func:`benchfill.irt.fast.fit_fast`) at the paper's scale, two-block Gibbs (:func:`benchfill.irt.gibbs.fit_gibbs`)
     from ``GIBBS_MIN_MODELS`` models, where a joint proposal for the abilities no longer fits (with guessing too, by
     data augmentation)."""
-    if gibbs.use_gibbs(len(responses.models), spec.guessing):
+    if gibbs.use_gibbs(len(responses.models)):
         return gibbs.fit_gibbs(responses, spec, settings)
     return fast.fit_fast(responses, spec, settings)
 

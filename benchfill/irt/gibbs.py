@@ -58,7 +58,7 @@ SHIFT_STEPS = 2  # random-walk steps on the common shift per sweep
 START_SD = 0.5  # chains start from the accuracy-based abilities plus N(0, START_SD^2) noise (overdispersed)
 
 
-def use_gibbs(n_models: int, guessing: np.ndarray | None) -> bool:
+def use_gibbs(n_models: int) -> bool:
     """Whether the "fast" sampler uses this engine: from GIBBS_MIN_MODELS models (below, the abilities' joint
     independence proposal is exact and cheaper); with guessing too (by augmentation, see the module docstring)."""
     return n_models >= GIBBS_MIN_MODELS
