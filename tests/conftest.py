@@ -28,6 +28,15 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture(scope="session")
+def real_shapes_data(shared_data: Path) -> Path:
+    """../shared/data where it holds the ~1,100-rollout matrices (its ``real`` folder) the real-shape truths are
+    fitted from (tests/real_shapes.py); the test is skipped with the reason where it does not."""
+    if not (shared_data / "real").is_dir():
+        pytest.skip(f"{shared_data / 'real'} not found: real-shape truths skipped")
+    return shared_data
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(12345)

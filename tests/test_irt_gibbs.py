@@ -16,15 +16,19 @@ from benchfill.irt.model import IRTSpec, SamplerSettings
 from benchfill.irt.prior import Population
 
 
-def _binary(J: int, I: int, seed: int, missing: float = 0.0, guessing: float = 0.0
-            ) -> tuple[ResponseMatrix, np.ndarray, np.ndarray]:
+def _binary(J: int, I: int, seed: int, missing: float = 0.0, guessing: float = 0.0,
+            shape: np.ndarray | None = None) -> tuple[ResponseMatrix, np.ndarray, np.ndarray]:
     """Answers from abilities N(0, 1) (the model's own convention: the abilities' prior fixes the scale's origin)
-    and a skewed, two-humped difficulty shape the learned spline population has to find; right with probability
-    c + (1 - c) sigmoid(theta - b) for ``guessing`` c."""
+    and a skewed, two-humped difficulty shape the learned spline population has to find, or I difficulties drawn
+    without replacement from ``shape`` (a real benchmark's); right with probability c + (1 - c) sigmoid(theta - b)
+    for ``guessing`` c."""
     rng = np.random.default_rng(seed)
     theta = rng.normal(0.0, 1.0, J)
-    hump = rng.random(I) < 0.7
-    b = np.where(hump, rng.normal(-1.0, 0.8, I), rng.gamma(2.0, 1.2, I) + 1.0)
+    if shape is None:
+        hump = rng.random(I) < 0.7
+        b = np.where(hump, rng.normal(-1.0, 0.8, I), rng.gamma(2.0, 1.2, I) + 1.0)
+    else:
+        b = rng.choice(shape, I, replace=False)
     n = np.ones((J, I), dtype=np.int64)
     if missing:
         n[rng.random((J, I)) < missing] = 0
@@ -154,23 +158,16 @@ def _assert_covers_and_converges(fit, theta: np.ndarray, b: np.ndarray) -> None:
 
 @pytest.mark.slow  # ~45 s on a 2-core AMD EPYC
 @pytest.mark.shared
-def test_a_guessing_leaderboard_on_a_real_difficulty_shape_covers_the_truth(shared_data):
+def test_a_guessing_leaderboard_on_a_real_difficulty_shape_covers_the_truth(real_shapes_data):
     """The augmented Gibbs chain against a shape no prior made: 150 models (abilities N(0, 1)), 400 items whose b
     are drawn from MATH-500's difficulties (the independent MAP of its ~1,100-rollout 12-model matrix, tests/
     real_shapes.py: -4.8 to 9.2 logits after centring on its abilities), binary answers with c = 0.2. Seeds 1-2
     by hand (2026-12-06): abilities 0.913 / 0.927, difficulties 0.890 / 0.912, max R-hat <= 1.008, 41-44 s."""
-    if not (shared_data / "real").is_dir():
-        pytest.skip(f"{shared_data / 'real'} not found: real-shape truths skipped")
     import real_shapes
 
-    shape = real_shapes.truth("math500", shared_data)
-    rng = np.random.default_rng(1)
-    J, I, c = 150, 400, 0.2
-    theta = rng.normal(0.0, 1.0, J)
-    b = rng.choice(shape.b - shape.theta.mean(), I, replace=False)
-    y = rng.binomial(1, c + (1 - c) * expit(theta[:, None] - b[None, :]))
-    resp = ResponseMatrix([f"m{j:04d}" for j in range(J)], [f"q{i}" for i in range(I)], y,
-                          np.ones((J, I), dtype=np.int64), "<sim>")
+    truth = real_shapes.truth("math500", real_shapes_data)
+    I, c = 400, 0.2
+    resp, theta, b = _binary(150, I, seed=1, guessing=c, shape=truth.b - truth.theta.mean())
     fit = fit_irt(resp, IRTSpec(guessing=np.full(I, c)), SamplerSettings(draws=1000))
     assert fit.extra["fast"]["engine"] == "gibbs" and fit.extra["fast"]["guessing_augmented"]
     _assert_covers_and_converges(fit, theta, b)

@@ -51,10 +51,8 @@ ISSUE_METRICS = {"humaneval": {"ddm": 0.137, "max_gap": 0.167, "top5_sum": 0.378
 
 
 @pytest.fixture(scope="module")
-def data_dir(shared_data):
-    if not (shared_data / "real").is_dir():
-        pytest.skip(f"{shared_data / 'real'} not found: real-shape truths skipped")
-    return shared_data
+def data_dir(real_shapes_data):
+    return real_shapes_data
 
 
 def diagnose_kwargs() -> dict[str, Any]:
