@@ -11,6 +11,7 @@ at least 2 models). Without ../shared the difficulties are N(0, 2.5^2) instead, 
     python bench/scale_growth.py                                  # J in 12, 48, 192 x I in 2,000, 8,000
     python bench/scale_growth.py --models 12,48 --items 2000 --observed 0.6
     python bench/scale_growth.py --models 12,48,192,768 --items 2000,8000,32000 --timeout 900
+    python bench/scale_growth.py --models 1000 --items 5000 --code /tmp/base --repeat 2   # before / after, alternating
 
 The growth rate in models is the log-log slope of wall time (and memory) against J at each I, and in items
 against I at each J (1.0 = linear). Each row is one whole command; the machine is shared and noisy, so the table
@@ -67,6 +68,23 @@ def simulate(path: Path, J: int, I: int, observed: float, truth: tuple[float, fl
         fh.writelines(f"m{j:04d},q{i},{int(y[j, i])},1\n" for j, i in zip(jj.tolist(), ii.tolist()))
 
 
+def measure(csv: Path, J: int, I: int, observed: float, code: Path, tmp: Path, timeout: float) -> dict:
+    """One whole ``diagnose`` of ``csv`` by the checkout ``code`` in a fresh process, its tree's memory polled."""
+    env = dict(os.environ, PYTHONPATH=str(code), LITELLM_LOCAL_MODEL_COST_MAP="True")
+    out = tmp / f"d_{J}x{I}.json"
+    cmd = [sys.executable, "-c", CLI, "diagnose", str(csv), "--json", str(out)]
+    load = os.getloadavg()[0]
+    res = run(cmd, env, timeout, code, memory=True)
+    info: dict = {}
+    if res["rc"] == 0:
+        d = json.loads(out.read_text())
+        info = {"timings": d.get("timings", {}), "checks": {c["name"]: c["passed"] for c in d.get("checks", [])}}
+    else:
+        print(f"[{J} x {I}, {code}] exit {res['rc']}: {res['out'][-1500:]}", file=sys.stderr)
+    return {"models": J, "items": I, "observed": observed, "wall_s": res["wall_s"], "rss_mb": res["rss_mb"],
+            "pss_mb": res["pss_mb"], "rc": res["rc"], "load": load, **info}
+
+
 def slope(x: list[float], y: list[float]) -> float:
     """Least-squares slope of log y on log x (nan with fewer than 2 points)."""
     if len(x) < 2:
@@ -81,40 +99,36 @@ def main() -> None:
     ap.add_argument("--observed", type=float, default=1.0, help="share of cells asked (default 1: dense)")
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    ap.add_argument("--code", type=Path, default=None,
+                    help="another benchfill checkout, run beside this one on the same files (alternating)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each cell (and each checkout)")
     args = ap.parse_args()
     Js = [int(x) for x in args.models.split(",")]
     Is = [int(x) for x in args.items.split(",")]
     truth = real_truth()
     print(f"truth: {truth[3]}; abilities N({truth[0]:.2f}, {truth[1]:.2f}^2); {args.observed:.0%} of cells observed",
           flush=True)
-    env = dict(os.environ, PYTHONPATH=str(REPO), LITELLM_LOCAL_MODEL_COST_MAP="True")
+    checkouts = [("this", REPO)] + ([("other", args.code.resolve())] if args.code else [])
     tmp = Path(tempfile.mkdtemp(prefix="benchfill-growth-"))
     rows = []
     for I in Is:
         for J in Js:
             csv = tmp / f"sim_{J}x{I}.csv"
             simulate(csv, J, I, args.observed, truth)
-            cmd = [sys.executable, "-c", CLI, "diagnose", str(csv), "--json", str(tmp / f"d_{J}x{I}.json")]
-            load = os.getloadavg()[0]
-            res = run(cmd, env, args.timeout, REPO, memory=True)  # one run, its tree's memory polled
-            info: dict = {}
-            if res["rc"] == 0:
-                d = json.loads((tmp / f"d_{J}x{I}.json").read_text())
-                info = {"timings": d.get("timings", {}),
-                        "checks": {c["name"]: c["passed"] for c in d.get("checks", [])}}
-            else:
-                print(f"[{J} x {I}] exit {res['rc']}: {res['out'][-1500:]}", file=sys.stderr)
-            row = {"models": J, "items": I, "observed": args.observed, "wall_s": res["wall_s"],
-                   "rss_mb": res["rss_mb"], "pss_mb": res["pss_mb"], "rc": res["rc"], "load": load, **info}
-            rows.append(row)
-            failed = [k for k, v in info.get("checks", {}).items() if v is False]  # None: not applicable
-            # RSS counts the pages forked workers share once in each process; PSS splits them among the sharers
-            print(f"{J:>5} x {I:>6}: {res['wall_s']:7.1f} s  RSS {res['rss_mb']:7.0f} MB  PSS {res['pss_mb']:7.0f} MB"
-                  f"  (load {load:.1f})"
-                  f"  fit {info.get('timings', {}).get('fit', float('nan')):.1f} s"
-                  f"  null {info.get('timings', {}).get('null', float('nan')):.1f} s"
-                  f"  checks not passing: {', '.join(failed) or 'none'}", flush=True)
-    ok = [r for r in rows if r["rc"] == 0]
+            for rep in range(args.repeat):
+                for name, code in checkouts:
+                    row = measure(csv, J, I, args.observed, code, tmp, args.timeout)
+                    rows.append({**row, "code": str(code), "repeat": rep})
+                    failed = [k for k, v in row.get("checks", {}).items() if v is False]  # None: not applicable
+                    # RSS counts the pages forked workers share once in each process; PSS splits them
+                    label = f" [{name}]" if args.code else ""
+                    print(f"{J:>5} x {I:>6}{label}: {row['wall_s']:7.1f} s  RSS {row['rss_mb']:7.0f} MB"
+                          f"  PSS {row['pss_mb']:7.0f} MB  (load {row['load']:.1f})"
+                          f"  fit {row.get('timings', {}).get('fit', float('nan')):.1f} s"
+                          f"  null {row.get('timings', {}).get('null', float('nan')):.1f} s"
+                          f"  checks not passing: {', '.join(failed) or 'none'}", flush=True)
+    rows_here = [r for r in rows if r["code"] == str(REPO)]
+    ok = [r for r in rows_here if r["rc"] == 0 and r["repeat"] == 0]
     print("\ngrowth (log-log slope; 1.0 = linear):")
     for I in Is:
         pts = [r for r in ok if r["items"] == I]

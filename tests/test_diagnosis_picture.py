@@ -78,3 +78,24 @@ def test_a_map_preview_says_its_figure_is_the_plug_in():
     assert all("plug-in, no posterior" in line for line, _ in pic.verdicts)
     fig, _ = _drawn(pic)
     assert sum("plug-in, no posterior" in t.get_text() for t in fig.texts) == 3
+
+
+@pytest.mark.timeout(60)
+def test_the_painter_is_stopped_even_when_its_process_does_not_end_on_sigterm():
+    """A command that fails right after forking its painter (a missing extra) stops the painter at once; a painter
+    that survives SIGTERM (here: inherited as ignored) must not leave the command waiting for it forever, as one did
+    on a loaded machine (tests/test_install_extras.py hung 300 s)."""
+    import signal
+
+    from benchfill.diagnostics.picture import Painter
+
+    old = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        painter = Painter()
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    if not painter.forked:
+        pytest.skip("this process cannot fork its painter (another thread alive, or no fork on this OS)")
+    proc = painter._proc
+    painter.close()
+    assert proc is not None and not proc.is_alive() and proc.exitcode == -signal.SIGKILL

@@ -37,13 +37,17 @@ def _binary(J: int, I: int, seed: int, missing: float = 0.0, guessing: float = 0
     return resp, theta, b
 
 
-def test_softplus_sums_match_long_double_sums_in_the_tails_too():
+@pytest.mark.parametrize("kernels", ["1", "0"])
+@pytest.mark.parametrize("weights", ["equal", "unequal"])
+def test_softplus_sums_match_long_double_sums_in_the_tails_too(monkeypatch, kernels, weights):
+    """Compiled (products of 16 factors under one log where the weights are equal) and numpy paths alike."""
+    monkeypatch.setenv("BENCHFILL_KERNELS", kernels)
     rng = np.random.default_rng(0)
     worst = 0.0
     for _ in range(15):
         J, L = int(rng.integers(200, 2000)), int(rng.integers(60, 900))
         v = rng.normal(rng.normal(0, 2), rng.uniform(0.5, 4), J)
-        w = rng.integers(1, 5, J).astype(float)
+        w = rng.integers(1, 5, J).astype(float) if weights == "unequal" else np.full(J, float(rng.integers(1, 5)))
         x = rng.uniform(-25, 5) + np.sort(rng.uniform(0, rng.uniform(0.5, 60), L))
         X = (v[:, None] - x[None, :]).astype(np.longdouble)
         exact = ((np.maximum(X, 0) + np.log1p(np.exp(-np.abs(X)))) * w[:, None]).sum(0)

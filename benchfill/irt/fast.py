@@ -43,6 +43,7 @@ are exact to ~1e-5 of a posterior SD and quantiles to ~0.5 % (far below the Mont
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -273,13 +274,15 @@ def make_block(keys: ItemKeys, sel: np.ndarray, lo: float, h: float, n_nodes: in
     )
 
 
-def use_kernels(work: int) -> bool:
-    """Whether a step of ``work`` window-node evaluations runs in :mod:`benchfill.irt.kernels` (numba).
-    ``BENCHFILL_KERNELS=0`` forces numpy everywhere, ``=1`` the kernels everywhere (tests compare the two)."""
+def use_kernels(work: int, large_fit: bool = False) -> bool:
+    """Whether a step of ``work`` window-node evaluations runs in :mod:`benchfill.irt.kernels` (numba); in a
+    ``large_fit`` (the Gibbs engine: many small steps, where the kernels measured ~15 % faster a sweep at 1,000 x
+    5,000) at any size. ``BENCHFILL_KERNELS=0`` forces numpy everywhere, ``=1`` the kernels everywhere (tests
+    compare the two)."""
     forced = os.environ.get("BENCHFILL_KERNELS", "")
     if forced in ("0", "1"):
         return forced == "1"
-    return work >= KERNEL_MIN_WORK
+    return large_fit or work >= KERNEL_MIN_WORK
 
 
 def softplus_sigmoid(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -297,22 +300,66 @@ def softplus(X: np.ndarray) -> np.ndarray:
 
 
 CHEB_TOL = 1e-10  # nats: truncation error allowed in a Chebyshev-interpolated softplus sum
-CHEB_MAX_DEGREE = 64  # a piece that needs more points is halved
+CHEB_MAX_DEGREE = 96  # a piece that needs more points is halved
 
 
-def _chebyshev_degree(v: np.ndarray, w_sum: float, a: float, c: float) -> int:
+def _chebyshev_degree(v_sorted: np.ndarray, w_sum: float, a: float, c: float) -> int:
     """Points a Chebyshev interpolant of s(x) = sum_j w_j softplus(v_j - x) on [a, c] needs for CHEB_TOL.
 
     s is analytic except at x = v_j +- i pi (2k + 1), so it is analytic inside the Bernstein ellipse with foci a, c
     that passes through the nearest of v_j +- i pi (its sum of distances to the foci is smallest); inside 0.9 of
     that ellipse's log-radius, |softplus| <= |z - v_j| + 10. Then |error| <= 4 M rho^-m / (rho - 1) (Trefethen,
-    Approximation Theory and Approximation Practice, thm 8.2)."""
+    Approximation Theory and Approximation Practice, thm 8.2). The sum of distances is convex in v_j with its
+    minimum at the midpoint, so the nearest pole belongs to a v_j next to the midpoint in the sorted ``v_sorted``
+    (a search, not a pass over all J)."""
     half = max(0.5 * (c - a), 1e-9)
-    q = float(np.min(np.hypot(v - a, np.pi) + np.hypot(v - c, np.pi))) / half  # > 2: the poles are off the axis
+    mid = 0.5 * (a + c)
+    at = int(np.searchsorted(v_sorted, mid))
+    near = v_sorted[max(at - 1, 0):at + 1]
+    q = float(np.min(np.hypot(near - a, np.pi) + np.hypot(near - c, np.pi))) / half  # > 2: poles off the axis
     rho = (0.5 * (q + np.sqrt(q * q - 4.0))) ** 0.9
     semi_major = 0.5 * half * (rho + 1.0 / rho)
-    bound = max(w_sum, 1e-300) * (float(np.abs(v - 0.5 * (a + c)).max()) + semi_major + 10.0)
+    reach = max(abs(float(v_sorted[0]) - mid), abs(float(v_sorted[-1]) - mid))
+    bound = max(w_sum, 1e-300) * (reach + semi_major + 10.0)
     return max(2, int(np.ceil(np.log(4.0 * bound / ((rho - 1.0) * CHEB_TOL)) / np.log(rho))))
+
+
+@functools.lru_cache(maxsize=256)
+def _chebyshev_basis(m: int) -> tuple[np.ndarray, np.ndarray]:
+    """The m first-kind Chebyshev points of [-1, 1] (m,) and the (m, m) map from values there to coefficients."""
+    k = np.arange(m)
+    to_coef = (2.0 / m) * np.cos(np.pi * np.outer(k, k + 0.5) / m).T
+    to_coef[:, 0] *= 0.5
+    return np.cos(np.pi * (k + 0.5) / m), to_coef
+
+
+def _sums_at(v: np.ndarray, W: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """(K, L) the sums sum_j W_kj softplus(v_j - x_l): one compiled pass for a single row (the numpy product with
+    ``BENCHFILL_KERNELS=0``), else a matrix product."""
+    if W.shape[0] == 1 and os.environ.get("BENCHFILL_KERNELS", "") != "0":
+        from benchfill.irt import kernels
+
+        out = np.empty(len(x))
+        kernels.softplus_sums_at(v, W[0], np.ascontiguousarray(x), out)
+        return out[None, :]
+    return W @ softplus(v[:, None] - x[None, :])
+
+
+def _chebyshev_coefficients(v: np.ndarray, W: np.ndarray, mid: float, half: float, m: int) -> np.ndarray:
+    """(K, m) Chebyshev coefficients of the K sums interpolated at m first-kind points of [mid - half, mid + half]."""
+    t, to_coef = _chebyshev_basis(m)
+    return _sums_at(v, W, mid + half * t) @ to_coef
+
+
+def _chebyshev_series(coef: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """(K, n) the K Chebyshev series ``coef`` (K, m) at t (n,) in [-1, 1] (Clenshaw; compiled for one row)."""
+    if coef.shape[0] == 1 and os.environ.get("BENCHFILL_KERNELS", "") != "0":
+        from benchfill.irt import kernels
+
+        out = np.empty(len(t))
+        kernels.chebyshev_series_at(np.ascontiguousarray(coef[0]), np.ascontiguousarray(t), out)
+        return out[None, :]
+    return np.polynomial.chebyshev.chebval(t, coef.T)
 
 
 CHEB_MIN_TERMS = 50_000  # softplus terms (J x nodes) from which softplus_sums interpolates
@@ -324,12 +371,16 @@ def softplus_sums(values: np.ndarray, weights: np.ndarray, nodes: np.ndarray) ->
 
     Where J x L is large (the Gibbs engine's conditionals: thousands of items or models against hundreds of
     nodes), s is interpolated piece by piece instead: on each piece of the nodes' range, a Chebyshev interpolant
-    whose degree (:func:`_chebyshev_degree`) bounds its truncation error by CHEB_TOL; a piece that would need
-    more than CHEB_MAX_DEGREE points is halved, one with few nodes is summed directly. Far from every v_j, s is
-    smooth on a wide scale, so the long tails of a lattice cost a few dozen points. (Measured against long-double
-    sums over 300 random cases, sums up to ~1e5 nats: absolute error <= 4e-9 nats.) With a (K, J) weight matrix
-    the degree is chosen for the row of largest total weight (the bound grows with it), and the K sums share the
-    softplus values at the interpolation points: one (K, J) x (J, points) product instead of (K, J) x (J, L).
+    whose degree (:func:`_chebyshev_degree`) bounds its truncation error by CHEB_TOL; a piece that would need more
+    than CHEB_MAX_DEGREE points is halved, one with no more nodes than points is summed directly. Far from every
+    v_j, s is smooth on a wide scale, so the long tails of a lattice cost a few dozen points. (Measured against
+    long-double sums, tests/test_irt_gibbs.py: within 1e-8 nats on sums up to ~1e5 nats, the round-off of
+    summing them in float64.) The bound asks 1.5-1.7x the points an a-posteriori check of the coefficients
+    (Chebfun's) would keep; trying 0.7 of it first was measured to keep the try only about half the time, which
+    costs more than it saves. With a (K, J) weight matrix the degree is chosen for the row of largest total weight
+    (the bound grows with it), and the K sums share the softplus values at the interpolation points: one (K, J) x
+    (J, points) product instead of (K, J) x (J, L). One row is summed and evaluated in compiled loops
+    (:mod:`benchfill.irt.kernels`).
 
     Args:
         values: (J,) the v_j, logits.  weights: (J,) or (K, J) the w_j (trials), >= 0.  nodes: (L,) logits.
@@ -342,6 +393,8 @@ def softplus_sums(values: np.ndarray, weights: np.ndarray, nodes: np.ndarray) ->
     if len(v) * len(x) < CHEB_MIN_TERMS:
         out_direct = W @ softplus(v[:, None] - x[None, :])
         return out_direct if rows else out_direct[0]
+    v, W = np.ascontiguousarray(v), np.ascontiguousarray(W)
+    v_sorted = np.sort(v)
     order = np.argsort(x, kind="stable")
     xs = x[order]
     out = np.empty((W.shape[0], len(x)))
@@ -350,21 +403,17 @@ def softplus_sums(values: np.ndarray, weights: np.ndarray, nodes: np.ndarray) ->
     while pending:
         i0, i1 = pending.pop()
         a, c = float(xs[i0]), float(xs[i1 - 1])
-        m = _chebyshev_degree(v, w_sum, a, c) if c > a else 0
-        if i1 - i0 <= max(2 * m, 8):
-            out[:, order[i0:i1]] = W @ softplus(v[:, None] - xs[None, i0:i1])
+        m = _chebyshev_degree(v_sorted, w_sum, a, c) if c > a else 0
+        if i1 - i0 <= max(m + 4, 8):
+            out[:, order[i0:i1]] = _sums_at(v, W, xs[i0:i1])
         elif m > CHEB_MAX_DEGREE:
             cut = int(np.searchsorted(xs, 0.5 * (a + c), side="right", sorter=None))
             cut = min(max(cut, i0 + 1), i1 - 1)
             pending += [(i0, cut), (cut, i1)]
         else:
             mid, half = 0.5 * (a + c), 0.5 * (c - a)
-            k = np.arange(m)
-            t = np.cos(np.pi * (k + 0.5) / m)  # Chebyshev points of the first kind on [-1, 1]
-            f = W @ softplus(v[:, None] - (mid + half * t)[None, :])  # (K, m)
-            coef = (2.0 / m) * (f @ np.cos(np.pi * np.outer(k, k + 0.5) / m).T)  # (K, m)
-            coef[:, 0] *= 0.5
-            out[:, order[i0:i1]] = np.polynomial.chebyshev.chebval((xs[i0:i1] - mid) / half, coef.T)
+            out[:, order[i0:i1]] = _chebyshev_series(_chebyshev_coefficients(v, W, mid, half, m),
+                                                     (xs[i0:i1] - mid) / half)
     return out if rows else out[0]
 
 
@@ -695,18 +744,6 @@ def _positive_definite(H: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.maximum(w, 1e-6 * max(w.max(), 1.0)), V
 
 
-def _newton_step(B: np.ndarray, g: np.ndarray) -> np.ndarray:
-    """B^-1 g for the curvature model B (J, J): a Cholesky solve where B is positive definite (BFGS keeps it so;
-    J^3 / 3 operations, ~10x cheaper than an eigendecomposition at J = 1,000), else through the floored
-    eigenvalues of :func:`_positive_definite`."""
-    try:
-        np.linalg.cholesky(B)
-    except np.linalg.LinAlgError:
-        w, V = _positive_definite(B)
-        return (V / w) @ (V.T @ g)
-    return np.linalg.solve(B, g)
-
-
 GRADIENT_ROUNDOFF = 1e-10  # nats per logit per trial: the round-off of a log density's gradient summed over trials
 
 
@@ -728,25 +765,35 @@ def trials_roundoff(keys: ItemKeys) -> float:
 
 
 def _mode_and_cov(model: MarginalModel, theta0: np.ndarray, gtol: float = 1e-8, max_iter: int = 200,
-                  curvature: np.ndarray | None = None, with_cov: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                  curvature: np.ndarray | None = None, with_cov: bool = True,
+                  cov0: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Posterior mode of theta and the Laplace covariance there.
 
-    Newton steps with a backtracking (Armijo) line search, the curvature started from the finite-difference
+    Quasi-Newton steps with a backtracking (Armijo) line search, the curvature started from the finite-difference
     Hessian and kept up to date by BFGS updates: J is ~12 and the function smooth, so this converges in a handful
     of steps. (Written out rather than scipy.optimize: importing scipy.optimize alone costs ~0.5 s, a fifth of a
     whole small ``diagnose``.) The covariance is the inverse of the finite-difference Hessian at the mode.
 
-    ``curvature``: a starting -Hessian (J, J) instead of measuring one (e.g. from a nearby mode); ``with_cov=False``
-    skips the final Hessian and returns the BFGS curvature's inverse instead (2 J gradients fewer each)."""
+    Both the curvature B and its inverse H are updated (two rank-2 updates, O(J^2)), so a step is H g: no
+    factorisation per step (at J = 1,000 a Cholesky factorisation and solve per step were most of the search).
+
+    ``curvature``: a starting -Hessian (J, J) instead of measuring one (e.g. from a nearby mode); ``cov0``: its
+    inverse where the caller has it (a previous search's result: no eigendecomposition at the start);
+    ``with_cov=False`` skips the final Hessian and returns H, the BFGS curvature's inverse, instead (2 J gradients
+    fewer each)."""
     theta = np.asarray(theta0, dtype=float).copy()
     gtol = max(gtol, gradient_floor(model))
     lp, g = model.logp_grad(theta)
-    w, V = _positive_definite(_neg_hessian(model, theta) if curvature is None else curvature)
-    B = (V * w) @ V.T  # curvature model of -log p
+    if cov0 is not None:
+        H = (cov0 + cov0.T) / 2
+        B = np.linalg.inv(H) if curvature is None else curvature
+    else:
+        w, V = _positive_definite(_neg_hessian(model, theta) if curvature is None else curvature)
+        B, H = (V * w) @ V.T, (V / w) @ V.T  # curvature model of -log p and its inverse
     for _ in range(max_iter):
         if np.max(np.abs(g)) <= gtol:
             break
-        step = _newton_step(B, g)  # ascent direction on log p
+        step = H @ g  # ascent direction on log p
         slope = float(g @ step)  # twice the predicted gain of log p (the Newton decrement squared)
         if slope < 1e-14:  # within round-off of the mode
             break
@@ -756,6 +803,10 @@ def _mode_and_cov(model: MarginalModel, theta0: np.ndarray, gtol: float = 1e-8, 
             lp_new, g_new = model.logp_grad(cand)
             if np.isfinite(lp_new) and lp_new >= lp + 1e-4 * t * slope:
                 break
+            # at the mode the gain falls below the log density's round-off (~1e-16 of it) before the gradient
+            # does: a point whose gradient passes is taken if it is no worse within that round-off
+            if np.isfinite(lp_new) and np.max(np.abs(g_new)) <= gtol and lp_new >= lp - 1e-13 * abs(lp):
+                break
             t *= 0.5
             if t < 1e-10:
                 break
@@ -763,17 +814,21 @@ def _mode_and_cov(model: MarginalModel, theta0: np.ndarray, gtol: float = 1e-8, 
             fresh = _neg_hessian(model, theta)
             if np.allclose(fresh, B, rtol=1e-6, atol=1e-9):
                 break
-            B = fresh
+            w, V = _positive_definite(fresh)
+            B, H = fresh, (V / w) @ V.T
             continue
         s_k, y_k = cand - theta, g - g_new  # y: change of the gradient of -log p
         theta, lp, g = cand, lp_new, g_new
         sy = float(s_k @ y_k)
-        if sy > 1e-12 * float(s_k @ s_k):  # BFGS update of the curvature of -log p
-            Bs = B @ s_k
+        if sy > 1e-12 * float(s_k @ s_k):  # BFGS update of the curvature of -log p, and of its inverse
+            Bs, Hy = B @ s_k, H @ y_k
             B = B - np.outer(Bs, Bs) / float(s_k @ Bs) + np.outer(y_k, y_k) / sy
+            H = H - (np.outer(s_k, Hy) + np.outer(Hy, s_k)) / sy + (1.0 + float(y_k @ Hy) / sy) / sy * np.outer(s_k, s_k)
         if np.max(np.abs(t * step)) < 1e-12:
             break
-    w, V = _positive_definite(_neg_hessian(model, theta) if with_cov else B)
+    if not with_cov:
+        return theta, (H + H.T) / 2
+    w, V = _positive_definite(_neg_hessian(model, theta))
     return theta, (V / w) @ V.T
 
 
@@ -1339,11 +1394,12 @@ def edge_log_ratio(ell: np.ndarray, peak: np.ndarray) -> float:
 
 
 def draw_difficulties(keys: ItemKeys, blocks: list[Block], theta_flat: np.ndarray, rng: np.random.Generator,
-                      out: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+                      out: np.ndarray | None = None, large_fit: bool = False) -> tuple[np.ndarray, float]:
     """b draws (S, I): for each ability draw s and item i, an exact draw from p(b_i | theta_s, y_i).
 
     Args:
         out: (S, I) array to fill (float64 or float32), or None for a new float64 one.
+        large_fit: draw in the compiled kernels at any size (see :func:`use_kernels`).
     Returns the draws and the largest edge-to-peak log density ratio seen (a coverage check; < -20 is fine).
     """
     S = theta_flat.shape[0]
@@ -1362,7 +1418,7 @@ def draw_difficulties(keys: ItemKeys, blocks: list[Block], theta_flat: np.ndarra
             continue
         local = key_local[keys.item_key[items]]
         Kb, G = len(blk.keys), blk.width
-        if use_kernels(S * (blk.size + items.size)):
+        if use_kernels(S * (blk.size + items.size), large_fit):
             edge = max(edge, _draw_block_compiled(blk, items, local, theta_flat, rng, out))
             continue
         for part in blk.batches(S, DRAW_BUDGET, items.size):

@@ -114,10 +114,10 @@ class Conditional:
             self.build(abilities, _room(START_ROOM))
         assert self.blocks is not None
         row = out[None, :]
-        _, edge = fast.draw_difficulties(self.keys, self.blocks, abilities[None, :], rng, row)
+        _, edge = fast.draw_difficulties(self.keys, self.blocks, abilities[None, :], rng, row, large_fit=True)
         if edge > EDGE_REBUILD:  # decided from the state alone (the densities at the window ends), not the draw
             self.build(abilities, _room(START_ROOM))
-            _, edge = fast.draw_difficulties(self.keys, self.blocks, abilities[None, :], rng, row)
+            _, edge = fast.draw_difficulties(self.keys, self.blocks, abilities[None, :], rng, row, large_fit=True)
         return edge
 
 

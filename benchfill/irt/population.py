@@ -357,7 +357,7 @@ def learn_population(keys: fast.ItemKeys, kind: PopulationKind, seed: int = 0) -
         tails = prior.tails
         # quasi-Newton from the last curvature: the population changes the abilities' posterior little
         new = fast._mode_and_cov(fast.pilot_model(keys, theta, 14.0, prior), theta, gtol=gtol_later,
-                                 curvature=curvature, with_cov=False)[0]
+                                 curvature=curvature, cov0=cov, with_cov=False)[0]
         moved = float(np.max(np.abs(new - theta)))
         theta = new
         if moved < THETA_TOL:
