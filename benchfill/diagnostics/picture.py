@@ -246,11 +246,12 @@ class Painter:
     def close(self) -> None:
         """Stop the painter's process (at once: it holds nothing that is not already written or not wanted).
 
-        By SIGKILL, not SIGTERM: the child inherits the command's SIGTERM handler, and a painter stopped right
-        after its fork (a command that fails at once, e.g. for a missing extra) was seen to survive the SIGTERM,
-        blocked in its pipe's read, so the command waited for it forever (3 of 4 runs on a loaded 2-core machine,
-        tests/test_install_extras.py; why the handler did not end it was not pinned down). SIGKILL cannot be
-        caught or ignored."""
+        By SIGKILL, not SIGTERM: the child inherits the command's Python SIGTERM handler, and a painter stopped
+        right after its fork (a command that fails at once, e.g. for a missing extra) was seen to survive the
+        SIGTERM, blocked in its pipe's read, so the command waited for it forever (3 of 4 runs on a loaded 2-core
+        machine, tests/test_install_extras.py). The likely window: CPython clears the pending-signal flags in a
+        fork's child (``PyOS_AfterFork_Child``), so a SIGTERM that lands before that is lost. SIGKILL cannot be
+        caught, ignored or lost so."""
         if self._proc is None:
             return
         self._proc.kill()
