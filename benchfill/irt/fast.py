@@ -335,8 +335,8 @@ def _chebyshev_basis(m: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _sums_at(v: np.ndarray, W: np.ndarray, x: np.ndarray) -> np.ndarray:
     """(K, L) the sums sum_j W_kj softplus(v_j - x_l): one compiled pass for a single row (the numpy product with
-    ``BENCHFILL_KERNELS=0``), else a matrix product."""
-    if W.shape[0] == 1 and os.environ.get("BENCHFILL_KERNELS", "") != "0":
+    ``BENCHFILL_KERNELS=0``; only large sums come here), else a matrix product."""
+    if W.shape[0] == 1 and use_kernels(len(v) * len(x), large_fit=True):
         from benchfill.irt import kernels
 
         out = np.empty(len(x))
@@ -353,7 +353,7 @@ def _chebyshev_coefficients(v: np.ndarray, W: np.ndarray, mid: float, half: floa
 
 def _chebyshev_series(coef: np.ndarray, t: np.ndarray) -> np.ndarray:
     """(K, n) the K Chebyshev series ``coef`` (K, m) at t (n,) in [-1, 1] (Clenshaw; compiled for one row)."""
-    if coef.shape[0] == 1 and os.environ.get("BENCHFILL_KERNELS", "") != "0":
+    if coef.shape[0] == 1 and use_kernels(coef.shape[1] * len(t), large_fit=True):
         from benchfill.irt import kernels
 
         out = np.empty(len(t))

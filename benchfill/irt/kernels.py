@@ -3,7 +3,9 @@
 The kernels read a key's log density on its window straight from the lattice terms, in one pass over each
 window instead of the ~10 array passes (gathers, differences, cumulative sums, searches) of the numpy path in
 :mod:`benchfill.irt.fast`, which is what a fit with guessing (one key per response pattern, thousands of keys)
-spends its time on. The exponentials stay in numpy (SIMD: ~8x faster than numba's scalar exp here). They compute the same quantities as :func:`benchfill.irt.fast.block_log_density`,
+spends its time on. The window kernels leave their exponentials to numpy (SIMD where numpy has a vector exp:
+~8x faster than numba's scalar exp on an AVX-512 machine; on one without, both are scalar, ~8 ns). They compute
+the same quantities as :func:`benchfill.irt.fast.block_log_density`,
 :func:`~benchfill.irt.fast.cell_masses` and :func:`~benchfill.irt.fast.cell_draws` (the numpy functions
 stay the reference, and tests hold the two paths to agree), from the same uniforms.
 
