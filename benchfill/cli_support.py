@@ -18,7 +18,7 @@ import re
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -253,6 +253,14 @@ def command_name(fn: Callable[..., object]) -> str:
     return f"benchfill {group}{name}"
 
 
+def _report_stop(exc: KeyboardInterrupt, resume_hint: str | None) -> NoReturn:
+    """Ctrl-C or SIGTERM: one line on stderr and the shell's exit code for that signal (130 / 143)."""
+    stopped = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+    msg = stopped + (f": {resume_hint}" if resume_hint else "")
+    err_console.print(msg, markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(TERMINATED_EXIT if isinstance(exc, Terminated) else INTERRUPTED_EXIT) from None
+
+
 def friendly_errors(fn: F | None = None, *, resume_hint: str | None = None):
     """Bad input, or a package of a missing optional extra, -> one clear line on stderr and exit 2, never a
     traceback; Ctrl-C -> one line and exit 130 (with ``resume_hint`` only for commands that do resume)."""
@@ -280,10 +288,13 @@ def friendly_errors(fn: F | None = None, *, resume_hint: str | None = None):
                                   highlight=False, soft_wrap=True)
                 raise typer.Exit(2) from None
             except KeyboardInterrupt as exc:
-                stopped = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-                msg = stopped + (f": {resume_hint}" if resume_hint else "")
-                err_console.print(msg, markup=False, highlight=False, soft_wrap=True)
-                raise typer.Exit(TERMINATED_EXIT if isinstance(exc, Terminated) else INTERRUPTED_EXIT) from None
+                _report_stop(exc, resume_hint)
+            except RuntimeError as exc:
+                # a stop signal that lands while a dataclass is being defined (an import) reaches us wrapped:
+                # Python 3.11 re-raises it from __set_name__ as RuntimeError("Error calling __set_name__ ...")
+                if not isinstance(exc.__cause__, KeyboardInterrupt):
+                    raise
+                _report_stop(exc.__cause__, resume_hint)
 
         return wrapper  # type: ignore[return-value]
 

@@ -171,3 +171,22 @@ def test_r3_and_r4_in_the_kernels_decide_as_numpy(kind):
     if kind == "reversed":
         found = set(C.check_r3_misfit(r, fit, min_work=0).details["misfitting_items"]) & set(r.item_ids[:30])
         assert len(found) >= 25
+
+
+
+def test_the_kernels_replicates_are_the_same_on_any_number_of_cores(monkeypatch):
+    """R3 and R4 spread their compiled replicates over the cores in blocks with their own seeded streams: one core
+    and two give the same replicates, bit for bit, and another seed other ones."""
+    import benchfill.forking as forking
+
+    def block(reps: range, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+        return rng.random((len(reps), 3)), np.array([[reps.start, reps.stop]])
+
+    runs = {}
+    for cores in (1, 2, 3):
+        monkeypatch.setattr(forking, "available_cores", lambda cores=cores: cores)
+        runs[cores] = C._replicate_blocks(block, 45, seed=7, tag=4)
+    values, ranges = runs[1]
+    assert values.shape == (45, 3) and ranges.tolist() == [[0, 10], [10, 20], [20, 30], [30, 40], [40, 45]]
+    assert all(np.array_equal(values, runs[k][0]) for k in (2, 3))
+    assert not np.array_equal(values, C._replicate_blocks(block, 45, seed=8, tag=4)[0])

@@ -38,20 +38,24 @@ def _binary(J: int, I: int, seed: int, missing: float = 0.0, guessing: float = 0
 
 
 @pytest.mark.parametrize("kernels", ["1", "0"])
-@pytest.mark.parametrize("weights", ["equal", "unequal"])
+@pytest.mark.parametrize("weights", ["equal", "unequal", "rows"])
 def test_softplus_sums_match_long_double_sums_in_the_tails_too(monkeypatch, kernels, weights):
-    """Compiled (products of 16 factors under one log where the weights are equal) and numpy paths alike."""
+    """Compiled (products of 16 factors under one log where the weights are equal; Clenshaw per series for a
+    (K, J) weight matrix, a sparse design's keys) and numpy paths alike."""
     monkeypatch.setenv("BENCHFILL_KERNELS", kernels)
     rng = np.random.default_rng(0)
     worst = 0.0
     for _ in range(15):
         J, L = int(rng.integers(200, 2000)), int(rng.integers(60, 900))
         v = rng.normal(rng.normal(0, 2), rng.uniform(0.5, 4), J)
-        w = rng.integers(1, 5, J).astype(float) if weights == "unequal" else np.full(J, float(rng.integers(1, 5)))
+        if weights == "rows":  # 6 keys, each answered by ~60 % of the models, 1-4 trials a cell
+            w = rng.integers(1, 5, (6, J)) * (rng.random((6, J)) < 0.6).astype(float)
+        else:
+            w = rng.integers(1, 5, J).astype(float) if weights == "unequal" else np.full(J, float(rng.integers(1, 5)))
         x = rng.uniform(-25, 5) + np.sort(rng.uniform(0, rng.uniform(0.5, 60), L))
         X = (v[:, None] - x[None, :]).astype(np.longdouble)
-        exact = ((np.maximum(X, 0) + np.log1p(np.exp(-np.abs(X)))) * w[:, None]).sum(0)
-        worst = max(worst, float(np.max(np.abs(fast.softplus_sums(v, w, x) - exact))))
+        exact = np.atleast_2d(w) @ (np.maximum(X, 0) + np.log1p(np.exp(-np.abs(X))))
+        worst = max(worst, float(np.max(np.abs(np.atleast_2d(fast.softplus_sums(v, w, x)) - exact))))
     assert worst < 1e-8
 
 
@@ -190,3 +194,4 @@ def test_unique_rows_is_numpys_unique_over_rows(shape, dtype):
     assert np.array_equal(got[0], want[0])
     for g, w in zip(got[1:], want[1:]):
         assert np.array_equal(g, w.reshape(-1))
+

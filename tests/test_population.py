@@ -164,3 +164,42 @@ def test_prior_option_from_the_cli_and_the_api(tmp_path, examples):
                                    "--json", str(tmp_path / "d.json")])
     assert res.exit_code == 2 and "--prior" in res.output and "Traceback" not in res.output
     assert not (tmp_path / "d.json").exists()
+
+
+@pytest.mark.parametrize("case", ["simulated", "far: keys where g is below e^-700 of its peak"])
+def test_the_marginal_likelihood_its_gradient_and_hessian_are_exact(case):
+    """The objective multiplies fixed scaled likelihoods by the population (no (K, G) exponentials per evaluation):
+    its value equals a logsumexp of log-likelihood plus log g, its gradient and Hessian central differences of the
+    value and of the gradient, also where some keys' sums underflow and are summed around their own maximum."""
+    from scipy.special import logsumexp
+
+    if case == "simulated":
+        resp = simulate_responses(THETA12, np.random.default_rng(2).normal(0.0, 2.5, 300), 4, seed=3)
+        fg = population.fit_grid(fast.reduce_items(resp.n_correct, resp.n_trials), THETA12)
+        phi0, tails = [0.3, 0.9], (2.0, 1.4)
+    else:  # sharp likelihoods at -6 .. 6 against a narrow normal population at 4: the keys at -6 underflow
+        grid = np.linspace(-10.0, 10.0, 401)
+        centres = np.linspace(-6.0, 6.0, 25)
+        fg = population.FitGrid(grid, -0.5 * ((grid[None, :] - centres[:, None]) / 0.1) ** 2, np.full(25, 2.0))
+        phi0, tails = [4.0, -3.0], population.NORMAL_TAILS
+    knots = 8
+    basis = population.cubic_bspline_basis(fg.grid, -3.0, 6.0 / knots, knots - 3)
+    phi = np.concatenate([phi0, np.random.default_rng(4).normal(0.0, 0.3, knots - 3)])
+
+    def value(p: np.ndarray) -> float:
+        f = population._features(fg.grid, p, basis, tails)[0]
+        return float(fg.mult @ logsumexp(fg.loglik + f[None, :], axis=1) - fg.mult.sum() * logsumexp(f))
+
+    val, grad, _, H = population._objective(fg, phi, basis, 0.0, tails=tails)
+    f = population._features(fg.grid, phi, basis, tails)[0]
+    underflows = np.any(fg.scaled[1] @ np.exp(f - f.max()) < 1e-250)
+    assert underflows == (case != "simulated")  # the far case reaches the fallback
+    assert val == pytest.approx(value(phi), rel=1e-12, abs=1e-8)
+    eps = 1e-5
+    for i in range(phi.size):
+        e = np.zeros(phi.size)
+        e[i] = eps
+        assert grad[i] == pytest.approx((value(phi + e) - value(phi - e)) / (2 * eps), rel=1e-5, abs=1e-4)
+        g_plus = population._objective(fg, phi + e, basis, 0.0, tails=tails)[1]
+        g_minus = population._objective(fg, phi - e, basis, 0.0, tails=tails)[1]
+        np.testing.assert_allclose(H[i], (g_plus - g_minus) / (2 * eps), rtol=1e-4, atol=1e-3)

@@ -461,3 +461,29 @@ def test_a_stop_caught_inside_code_built_from_a_string_keeps_the_commands_exit_c
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, (done.returncode, done.stderr)
     assert done.stdout.strip() == ("Terminated" if signum == signal.SIGTERM else "Interrupted")
+
+
+def test_a_stop_that_lands_while_a_class_is_built_is_still_one_line_and_its_exit_code():
+    """A SIGTERM that arrives while an import defines a dataclass (local-server importing httpx, which imports
+    rich.progress) reaches the command wrapped: Python 3.11 re-raises it from ``__set_name__`` as a RuntimeError.
+    The command still says "terminated (SIGTERM)" in one line and exits 143, no traceback."""
+    script = (
+        "import os, signal, sys, typer\n"
+        "from benchfill.cli_support import friendly_errors, install_sigint_handler\n"
+        "install_sigint_handler()\n"
+        "class Field:\n"
+        "    def __set_name__(self, owner, name):\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        for _ in range(10**6): pass\n"
+        "@friendly_errors\n"
+        "def command():\n"
+        "    class Task:\n"
+        "        fields = Field()\n"
+        "try:\n"
+        "    command()\n"
+        "except typer.Exit as exc:\n"
+        "    sys.exit(exc.exit_code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 143, (done.returncode, done.stderr)
+    assert done.stderr.strip() == "terminated (SIGTERM)", done.stderr

@@ -183,6 +183,28 @@ def _draws_guessing(c: np.ndarray | None, s):
     return None if c is None else (c[s] if c.ndim == 2 else c)
 
 
+REPLICATE_BLOCK = 10  # replicates per random stream in the kernel path: blocks, not processes, fix the numbers
+
+
+def _replicate_blocks(fn, n_rep: int, seed: int, tag: int) -> tuple[np.ndarray, ...]:
+    """``fn(block, rng)`` for the blocks of REPLICATE_BLOCK replicates of 0..n_rep (``block``: a range of replicate
+    indices; ``rng``: that block's own stream, seeded by (seed, tag, block number)), spread over the cores this
+    process may use (:func:`benchfill.forking.forked_ranges`); ``fn`` returns a tuple of arrays with one leading row
+    per replicate or per block, concatenated here in block order. The same seed gives the same replicates on any
+    number of cores."""
+    from benchfill.forking import available_cores, forked_ranges
+
+    n_blocks = -(-n_rep // REPLICATE_BLOCK)
+
+    def some(lohi: tuple[int, int]) -> tuple[np.ndarray, ...]:
+        parts = [fn(range(k * REPLICATE_BLOCK, min(n_rep, (k + 1) * REPLICATE_BLOCK)),
+                    np.random.default_rng(np.random.SeedSequence([seed, tag, k])))
+                 for k in range(*lohi)]
+        return tuple(np.concatenate(arrays) for arrays in zip(*parts))
+
+    return forked_ranges(some, n_blocks, available_cores())
+
+
 def _add_fisher_z(corr: np.ndarray, z_sum: np.ndarray, z_sq: np.ndarray, z_n: np.ndarray) -> None:
     """Adds the Fisher z of replicated item-rest correlations ``corr`` (R, I) (NaN: not defined) to the per-item
     sums ``z_sum``, ``z_sq`` and counts ``z_n`` (I,), in place."""
@@ -231,7 +253,8 @@ def check_r3_misfit(responses: ResponseMatrix, fit: IRTFit, seed: int = 0, budge
     than R3_Z SDs (one-sided 0.001). The check fails when more items misfit than both R3_MAX_MISFIT_SHARE of the
     items and the 95th percentile of that count on a model-true benchmark (Binomial(I, 0.001)). R: R3_REPLICATES,
     fewer (down to 20) where the matrix is large (``budget`` cells). From ``min_work`` replicated cells a 1PL's
-    replicates are simulated and correlated in compiled kernels (:class:`_Replicator`), one replicate at a time."""
+    replicates are simulated and correlated in compiled kernels (:class:`_Replicator`), one replicate at a time, in
+    blocks with their own seeded streams spread over the cores (:func:`_replicate_blocks`)."""
     rng = np.random.default_rng(seed + 1)
     n, k = responses.n_trials, responses.n_correct
     J, I = n.shape
@@ -240,12 +263,16 @@ def check_r3_misfit(responses: ResponseMatrix, fit: IRTFit, seed: int = 0, budge
     draws, theta, b, a, c = _posterior_draws(fit, n_rep, rng)
     z_sum, z_sq, z_n = np.zeros(I), np.zeros(I), np.zeros(I)
     if _use_ppc_kernel(a, n, n_rep, min_work):
-        rep = _Replicator(n, rng)
-        corr = np.empty(I)
-        for s in draws:
-            y = rep.counts(theta[s], b[s], _draws_guessing(c, s))
-            rep.kernels.item_rest_correlations_one(y, rep.n, corr)
-            _add_fisher_z(corr[None, :], z_sum, z_sq, z_n)
+        def block(reps: range, block_rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+            rep, corr = _Replicator(n, block_rng), np.empty(I)
+            sums = np.zeros((3, I))
+            for s in draws[reps.start : reps.stop]:
+                y = rep.counts(theta[s], b[s], _draws_guessing(c, s))
+                rep.kernels.item_rest_correlations_one(y, rep.n, corr)
+                _add_fisher_z(corr[None, :], *sums)
+            return (sums[None],)
+
+        z_sum, z_sq, z_n = _replicate_blocks(block, n_rep, seed, 3)[0].sum(0)
     else:
         step = max(1, 1_000_000 // max(1, J * I))  # replicates per block: ~10 float64 temporaries of this many cells
         for r0 in range(0, n_rep, step):
@@ -301,23 +328,25 @@ def check_r4_ppc(responses: ResponseMatrix, fit: IRTFit, n_rep: int = 400, seed:
     Replicates are simulated in blocks of draws (at most ``budget`` cells at a time) in float32; cells with few
     trials (<= 16 in every cell) as sums of uniforms compared with their probability, others by binomial draws.
     From ``min_work`` replicated cells a 1PL's replicates are simulated one at a time in a compiled kernel that
-    also sums them (:class:`_Replicator`): no (R, J, I) temporaries."""
+    also sums them (:class:`_Replicator`): no (R, J, I) temporaries; in blocks with their own seeded streams, spread
+    over the cores (:func:`_replicate_blocks`)."""
     rng = np.random.default_rng(seed)
     draws, theta, b, a, c = _posterior_draws(fit, n_rep, rng)
     n = responses.n_trials
     J, I = n.shape
     n_model = np.maximum(n.sum(1), 1).astype(float)
     n_item = np.maximum(n.sum(0), 1).astype(float)
-    ms = np.empty((n_rep, J))
-    its = np.empty((n_rep, I))
     if _use_ppc_kernel(a, n, len(draws), min_work):
-        rep = _Replicator(n, rng)
-        row, col = np.empty(J, dtype=np.int64), np.empty(I, dtype=np.int64)
-        for r, s in enumerate(draws):
-            row[:], col[:] = 0, 0
-            rep.counts(theta[s], b[s], _draws_guessing(c, s), row, col)
-            ms[r], its[r] = row / n_model, col / n_item
+        def block(reps: range, block_rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+            rep = _Replicator(n, block_rng)
+            row, col = np.zeros((len(reps), J), dtype=np.int64), np.zeros((len(reps), I), dtype=np.int64)
+            for r, s in enumerate(draws[reps.start : reps.stop]):
+                rep.counts(theta[s], b[s], _draws_guessing(c, s), row[r], col[r])
+            return row / n_model, col / n_item
+
+        ms, its = _replicate_blocks(block, n_rep, seed, 4)
     else:
+        ms, its = np.empty((n_rep, J)), np.empty((n_rep, I))
         step = max(1, budget // max(1, J * I))
         for r0 in range(0, n_rep, step):
             s = draws[r0 : r0 + step]

@@ -352,13 +352,18 @@ def _chebyshev_coefficients(v: np.ndarray, W: np.ndarray, mid: float, half: floa
 
 
 def _chebyshev_series(coef: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """(K, n) the K Chebyshev series ``coef`` (K, m) at t (n,) in [-1, 1] (Clenshaw; compiled for one row)."""
-    if coef.shape[0] == 1 and use_kernels(coef.shape[1] * len(t), large_fit=True):
+    """(K, n) the K Chebyshev series ``coef`` (K, m) at t (n,) in [-1, 1] (Clenshaw; compiled)."""
+    if use_kernels(coef.size * len(t), large_fit=True):
         from benchfill.irt import kernels
 
-        out = np.empty(len(t))
-        kernels.chebyshev_series_at(np.ascontiguousarray(coef[0]), np.ascontiguousarray(t), out)
-        return out[None, :]
+        t = np.ascontiguousarray(t)
+        if coef.shape[0] == 1:
+            one = np.empty(len(t))
+            kernels.chebyshev_series_at(np.ascontiguousarray(coef[0]), t, one)
+            return one[None, :]
+        out = np.empty((coef.shape[0], len(t)))
+        kernels.chebyshev_series_rows(np.ascontiguousarray(coef), t, out)
+        return out
     return np.polynomial.chebyshev.chebval(t, coef.T)
 
 

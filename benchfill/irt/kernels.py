@@ -207,6 +207,32 @@ def chebyshev_series_at(coef, t, out):
         out[i] = coef[0] + t[i] * b1 - b2
 
 
+
+@njit(cache=True, nogil=True)
+def chebyshev_series_rows(coef, t, out):
+    """out[k, i] = sum_m coef[k, m] T_m(t[i]) for K series ``coef`` (K, M) at t (n,) in [-1, 1]: Clenshaw's
+    recurrence run along the points for one series at a time (the inner loop has no dependence from point to point,
+    so it runs in SIMD lanes; its two running rows stay in cache), where numpy's chebval makes M passes over (K, n)
+    temporaries."""
+    n = t.shape[0]
+    m = coef.shape[1]
+    x2 = 2.0 * t
+    b1 = np.empty(n)
+    b2 = np.empty(n)
+    for k in range(coef.shape[0]):
+        b1[:] = 0.0
+        b2[:] = 0.0
+        for j in range(m - 1, 0, -1):
+            c = coef[k, j]
+            for i in range(n):
+                v = c + x2[i] * b1[i] - b2[i]
+                b2[i] = b1[i]
+                b1[i] = v
+        c0 = coef[k, 0]
+        for i in range(n):
+            out[k, i] = c0 + t[i] * b1[i] - b2[i]
+
+
 # ---------------------------------------------------------------------------- posterior predictive replicates
 
 TWO_POW_M32 = 2.0**-32

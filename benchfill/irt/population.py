@@ -19,6 +19,7 @@ as the prior: abilities and difficulties are exact posterior draws given it.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +53,14 @@ class FitGrid:
     grid: np.ndarray
     loglik: np.ndarray
     mult: np.ndarray
+
+    @functools.cached_property
+    def scaled(self) -> tuple[np.ndarray, np.ndarray]:
+        """(top (K,), lik (K, G)): each key's peak log-likelihood and its likelihood over that peak, exp(loglik -
+        top), in (0, 1]: the objective's one fixed (K, G) array, so each evaluation multiplies instead of
+        exponentiating it again."""
+        top = self.loglik.max(1)
+        return top, np.exp(self.loglik - top[:, None])
 
 
 def fit_grid(keys: fast.ItemKeys, theta: np.ndarray, seed: int = 0) -> FitGrid:
@@ -119,14 +128,25 @@ def _objective(fg: FitGrid, phi: np.ndarray, basis: np.ndarray, penalty: float, 
     prior = np.exp(f - fmax)
     Zp = prior.sum()
     pg = prior / Zp
-    A = fg.loglik + (f - fmax)[None, :]
-    amax = A.max(1, keepdims=True)
-    E = np.exp(A - amax)
-    S = E.sum(1)
+    # each key's marginal sum_g lik_kg prior_g as a product with the fixed scaled likelihoods (no (K, G)
+    # exponentials per evaluation); a key whose sum underflows (its likelihood where g is ~e^-700 of its peak: a
+    # line search's far step) is summed around its own maximum instead
+    top, lik = fg.scaled
+    S = lik @ prior
+    tiny = S < 1e-250
+    inv_S = np.where(tiny, 0.0, 1.0 / np.where(tiny, 1.0, S))
+    log_m = top + np.log(np.where(tiny, 1.0, S))  # (K,) log marginal of each key (over e^fmax Zp)
+    post = ((fg.mult * inv_S) @ lik) * prior  # (G,) expected items per node: sum_k mult_k P_kg
+    P_tiny = None
+    if tiny.any():
+        A = fg.loglik[tiny] + (f - fmax)[None, :]
+        amax = A.max(1, keepdims=True)
+        E = np.exp(A - amax)
+        log_m[tiny] = amax[:, 0] + np.log(E.sum(1))
+        P_tiny = E / E.sum(1, keepdims=True)
+        post += fg.mult[tiny] @ P_tiny
     M = fg.mult.sum()
-    ll = float(fg.mult @ (amax[:, 0] + np.log(S))) - M * float(np.log(Zp))
-    P = E / S[:, None]  # (K, G) each key's posterior weights on the grid
-    post = fg.mult @ P  # (G,) expected items per node
+    ll = float(fg.mult @ log_m) - M * float(np.log(Zp))
     resid = post - M * pg
     grad = D.T @ resid
     alpha = phi[2:]
@@ -134,7 +154,9 @@ def _objective(fg: FitGrid, phi: np.ndarray, basis: np.ndarray, penalty: float, 
     grad[2:] -= penalty * alpha
     if not hessian:
         return ll_pen, grad, np.zeros(0), np.zeros(0)
-    PD = P @ D  # (K, P) per-key posterior means of the features
+    PD = (lik @ (prior[:, None] * D)) * inv_S[:, None]  # (K, P) per-key posterior means of the features
+    if P_tiny is not None:
+        PD[tiny] = P_tiny @ D
     H = D.T @ (post[:, None] * D) - PD.T @ (fg.mult[:, None] * PD)  # sum_k mult Cov_post_k(D)
     H -= M * (D.T @ (pg[:, None] * D) - np.outer(pg @ D, pg @ D))  # - M Cov_prior(D)
     H[:2, :2] += np.einsum("g,gab->ab", resid, D2)
