@@ -6,7 +6,7 @@ Each check is a :class:`Check` with a pass/fail, the figure it measured and the 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
@@ -186,7 +186,8 @@ def _draws_guessing(c: np.ndarray | None, s):
 REPLICATE_BLOCK = 10  # replicates per random stream in the kernel path: blocks, not processes, fix the numbers
 
 
-def _replicate_blocks(fn, n_rep: int, seed: int, tag: int) -> tuple[np.ndarray, ...]:
+def _replicate_blocks(fn: Callable[[range, np.random.Generator], tuple[np.ndarray, ...]], n_rep: int, seed: int,
+                      tag: int) -> tuple[np.ndarray, ...]:
     """``fn(block, rng)`` for the blocks of REPLICATE_BLOCK replicates of 0..n_rep (``block``: a range of replicate
     indices; ``rng``: that block's own stream, seeded by (seed, tag, block number)), spread over the cores this
     process may use (:func:`benchfill.forking.forked_ranges`); ``fn`` returns a tuple of arrays with one leading row
