@@ -487,3 +487,39 @@ def test_a_stop_that_lands_while_a_class_is_built_is_still_one_line_and_its_exit
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 143, (done.returncode, done.stderr)
     assert done.stderr.strip() == "terminated (SIGTERM)", done.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_ends_the_event_loop_even_when_a_task_ignores_its_cancellation(signum):
+    """After Ctrl-C / SIGTERM the loop's other tasks are cancelled and given STOP_GRACE_S to end, not forever: a
+    task that swallows its cancellation (seen once: a fill stopped by SIGTERM waited for one for over an hour)
+    is left behind, the stop reaches the caller, and nothing is printed about the abandoned task."""
+    script = (
+        "import asyncio, os, signal, sys, time\n"
+        "import benchfill.aio as aio\n"
+        "from benchfill.cli_support import install_sigint_handler\n"
+        "install_sigint_handler()\n"
+        "aio.STOP_GRACE_S = 0.5\n"
+        "async def stubborn():\n"
+        "    while True:\n"
+        "        try:\n"
+        "            await asyncio.sleep(10)\n"
+        "        except asyncio.CancelledError:\n"
+        "            continue\n"
+        "async def main():\n"
+        "    asyncio.get_running_loop().create_task(stubborn())\n"
+        "    await asyncio.sleep(0.1)\n"
+        f"    os.kill(os.getpid(), {int(signum)})\n"
+        "    await asyncio.sleep(10)\n"
+        "t = time.monotonic()\n"
+        "try:\n"
+        "    aio.run_sync(main())\n"
+        "except KeyboardInterrupt as exc:\n"
+        "    print(type(exc).__name__, round(time.monotonic() - t, 1))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    name, took = done.stdout.split()
+    assert name == ("Terminated" if signum == signal.SIGTERM else "Interrupted")
+    assert float(took) < 5.0
+    assert done.stderr == "", done.stderr
