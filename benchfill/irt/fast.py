@@ -356,13 +356,8 @@ def _chebyshev_series(coef: np.ndarray, t: np.ndarray) -> np.ndarray:
     if use_kernels(coef.size * len(t), large_fit=True):
         from benchfill.irt import kernels
 
-        t = np.ascontiguousarray(t)
-        if coef.shape[0] == 1:
-            one = np.empty(len(t))
-            kernels.chebyshev_series_at(np.ascontiguousarray(coef[0]), t, one)
-            return one[None, :]
         out = np.empty((coef.shape[0], len(t)))
-        kernels.chebyshev_series_rows(np.ascontiguousarray(coef), t, out)
+        kernels.chebyshev_series_rows(np.ascontiguousarray(coef), np.ascontiguousarray(t), out)
         return out
     return np.polynomial.chebyshev.chebval(t, coef.T)
 

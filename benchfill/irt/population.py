@@ -134,16 +134,18 @@ def _objective(fg: FitGrid, phi: np.ndarray, basis: np.ndarray, penalty: float, 
     top, lik = fg.scaled
     S = lik @ prior
     tiny = S < 1e-250
-    inv_S = np.where(tiny, 0.0, 1.0 / np.where(tiny, 1.0, S))
-    log_m = top + np.log(np.where(tiny, 1.0, S))  # (K,) log marginal of each key (over e^fmax Zp)
+    S_kept = np.where(tiny, 1.0, S)
+    inv_S = np.where(tiny, 0.0, 1.0 / S_kept)
+    log_m = top + np.log(S_kept)  # (K,) log marginal of each key (over e^fmax Zp)
     post = ((fg.mult * inv_S) @ lik) * prior  # (G,) expected items per node: sum_k mult_k P_kg
     P_tiny = None
     if tiny.any():
         A = fg.loglik[tiny] + (f - fmax)[None, :]
         amax = A.max(1, keepdims=True)
         E = np.exp(A - amax)
-        log_m[tiny] = amax[:, 0] + np.log(E.sum(1))
-        P_tiny = E / E.sum(1, keepdims=True)
+        E_sum = E.sum(1)
+        log_m[tiny] = amax[:, 0] + np.log(E_sum)
+        P_tiny = E / E_sum[:, None]
         post += fg.mult[tiny] @ P_tiny
     M = fg.mult.sum()
     ll = float(fg.mult @ log_m) - M * float(np.log(Zp))
