@@ -137,7 +137,7 @@ def test_kernel_replicates_are_binomial_with_the_model_probability():
     n = rng.integers(0, 4, (J, I))
     theta, b, c = rng.normal(0, 1, J), rng.normal(0, 2, I), rng.uniform(0, 0.3, I)
     p = c + (1 - c) / (1 + np.exp(-(theta[:, None] - b[None, :])))
-    rep = C._Replicator(n, rng)
+    rep = C.Replicator(n, rng)
     total = np.zeros((J, I))
     row, col = np.zeros(J, dtype=np.int64), np.zeros(I, dtype=np.int64)
     for _ in range(R):
@@ -147,7 +147,7 @@ def test_kernel_replicates_are_binomial_with_the_model_probability():
     assert abs(z.mean()) < 0.1 and 0.9 < z.std() < 1.1 and np.abs(z).max() < 5.5
     assert total[~asked].sum() == 0
     assert np.array_equal(row, total.sum(1)) and np.array_equal(col, total.sum(0))
-    far = C._Replicator(np.full((2, 3), 4), rng).counts(np.array([-300.0, 300.0]),
+    far = C.Replicator(np.full((2, 3), 4), rng).counts(np.array([-300.0, 300.0]),
                                                         np.array([0.0, 1000.0, -1000.0]), None)
     assert far[0].tolist() == [0, 0, 4] and far[1].tolist() == [4, 0, 4]
 
@@ -185,8 +185,8 @@ def test_the_kernels_replicates_are_the_same_on_any_number_of_cores(monkeypatch)
     runs = {}
     for cores in (1, 2, 3):
         monkeypatch.setattr(forking, "available_cores", lambda cores=cores: cores)
-        runs[cores] = C._replicate_blocks(block, 45, seed=7, tag=4)
+        runs[cores] = C.replicate_blocks(block, 45, seed=7, tag=4)
     values, ranges = runs[1]
     assert values.shape == (45, 3) and ranges.tolist() == [[0, 10], [10, 20], [20, 30], [30, 40], [40, 45]]
     assert all(np.array_equal(values, runs[k][0]) for k in (2, 3))
-    assert not np.array_equal(values, C._replicate_blocks(block, 45, seed=8, tag=4)[0])
+    assert not np.array_equal(values, C.replicate_blocks(block, 45, seed=8, tag=4)[0])

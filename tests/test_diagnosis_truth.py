@@ -150,5 +150,7 @@ def test_the_exact_multinomial_null_agrees_with_simulating_answers(monkeypatch):
     from scipy import stats
 
     for k in N.METRICS:  # the max gap is lumpy (whether an extreme key is occupied): compare whole distributions
-        assert stats.ks_2samp(exact[k], simulated[k]).pvalue > 0.01, k
+        # (rounded: the two paths sum the same keys' means in different orders, and a last-bit difference would
+        # break the many ties of a lumpy distribution, which the KS statistic counts as differences)
+        assert stats.ks_2samp(np.round(exact[k], 9), np.round(simulated[k], 9)).pvalue > 0.01, k
         assert np.mean(exact[k]) == pytest.approx(np.mean(simulated[k]), rel=0.04), k

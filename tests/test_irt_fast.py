@@ -440,23 +440,27 @@ def test_fast_matches_pymc_model_on_real_data(shared_data, name, n_items):
     _assert_close_to_reference(fit, ref)
 
 
+def _marginal_and_draw_blocks(n: np.ndarray, c: np.ndarray, seed: int, n_thetas: int):
+    """Counts drawn for trials ``n`` (J, I) and guessing ``c`` (I,) (b ~ N(0, 1.5^2)), their keys, the marginal
+    under BUMPY, ``n_thetas`` ability vectors around its mode and the difficulty-draw blocks for them."""
+    rng = np.random.default_rng(seed)
+    theta = rng.normal(size=J)
+    b = rng.normal(size=n.shape[1]) * 1.5
+    y = rng.binomial(n, c + (1 - c) * expit(theta[:, None] - b[None, :]))
+    keys = fast.reduce_items(y, n, c)
+    mg = fast.build_marginal(keys, BUMPY)
+    thetas = mg.mode + 0.2 * rng.normal(size=(n_thetas, J))
+    return keys, mg, thetas, mg.draw_blocks(thetas)
+
+
 def test_compiled_kernels_agree_with_the_numpy_path(monkeypatch):
     """The numba kernels (used for large fits) compute the same log densities and, from the same uniforms, the
     same difficulty draws as the numpy reference, for plain, guessing, shared-trials and per-key-trials blocks,
     on whole lattices and on windows."""
-    rng = np.random.default_rng(11)
-    n_items = 900
-    theta = rng.normal(size=J)
-    b = rng.normal(size=n_items) * 1.5
-    n = np.ones((J, n_items), dtype=int)
+    n = np.ones((J, 900), dtype=int)
     n[:2, :150] = 0  # some models did not answer some items: per-key trial rows
     n[:, 600:] = 4
-    c = np.where(np.arange(n_items) % 3 == 0, 0.25, 0.0)
-    y = rng.binomial(n, c + (1 - c) * expit(theta[:, None] - b[None, :]))
-    keys = fast.reduce_items(y, n, c)
-    mg = fast.build_marginal(keys, BUMPY)
-    thetas = mg.mode + 0.2 * rng.normal(size=(60, J))
-    blocks = mg.draw_blocks(thetas)
+    keys, mg, thetas, blocks = _marginal_and_draw_blocks(n, np.where(np.arange(900) % 3 == 0, 0.25, 0.0), 11, 60)
     kinds = {(blk.n_shared is not None, blk.log_c is not None, blk.idx is None) for blk in blocks + list(mg.model.blocks)}
     assert {True, False} <= {k[1] for k in kinds} and {True, False} <= {k[0] for k in kinds}
     results = {}
@@ -468,3 +472,28 @@ def test_compiled_kernels_agree_with_the_numpy_path(monkeypatch):
     np.testing.assert_allclose(results["1"][0], results["0"][0], rtol=0, atol=1e-8)
     np.testing.assert_allclose(results["1"][1], results["0"][1], rtol=0, atol=1e-9)
     assert results["1"][2] == pytest.approx(results["0"][2], abs=1e-9)
+
+
+def test_blocks_with_few_distinct_trial_rows_sum_them_once(monkeypatch):
+    """A block whose keys have a few distinct trial rows (a complete design with some cells unasked) sums
+    -n . softplus once per distinct row and picks each key's by a one-hot weight; its log densities and, from the
+    same uniforms, its difficulty draws are those of the general per-key product, with guessing and without, in
+    numpy and in the compiled kernels."""
+    from dataclasses import replace
+
+    n = np.ones((J, 600), dtype=int)
+    n[0, :100], n[3, 50:120], n[7, 300:330] = 0, 0, 0
+    keys, mg, thetas, blocks = _marginal_and_draw_blocks(n, np.where(np.arange(600) % 2 == 0, 0.2, 0.0), 12, 40)
+    with_basis = [blk for blk in blocks if blk.n_basis is not None]
+    assert {blk.log_c is not None for blk in with_basis} == {True, False}
+    assert all(1 < len(blk.n_basis) <= fast.N_BASIS_MAX_SHARE * J for blk in with_basis)
+    general = [replace(blk, n_basis=None, n_code=None) for blk in blocks]
+    for flag in ("0", "1"):
+        monkeypatch.setenv("BENCHFILL_KERNELS", flag)
+        for blk, plain in zip(blocks, general):
+            np.testing.assert_allclose(fast.block_logp_batch(thetas, blk), fast.block_logp_batch(thetas, plain),
+                                       rtol=1e-13, atol=1e-9)
+        ours, _ = fast.draw_difficulties(keys, blocks, thetas, np.random.default_rng(5))
+        theirs, _ = fast.draw_difficulties(keys, general, thetas, np.random.default_rng(5))
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-9)
+

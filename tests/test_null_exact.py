@@ -88,3 +88,64 @@ def test_the_key_memo_returns_what_a_fresh_integration_does():
     assert np.array_equal(part.item_mean, again.item_mean[::7])
     other = P.grid_key_moments(draws + 0.5, y, n)  # other draws: not the memo's values
     assert np.mean(np.abs(other.mean - every.mean)) > 0.2
+
+
+@pytest.mark.parametrize("J, spread", [(40, 0.05), (300, 3.0)])
+def test_the_per_pattern_moments_are_the_per_key_ones(J, spread):
+    """:func:`placement.total_moments` (each pattern's softplus sums shared by all its totals; densities shifted by
+    the centre's peak, or by each draw's when the draws spread too far for that) gives every key the moments of
+    :func:`placement.grid_key_moments` on the spread-out key: sparse patterns, rollouts, an empty pattern, every
+    total from 0 to all correct."""
+    rng = np.random.default_rng(3)
+    draws = rng.normal(0.0, 1.5, J) + rng.normal(0.0, spread, (30, J))
+    patterns = (rng.random((30, J)) < 0.6).astype(np.int64)
+    patterns[0], patterns[1] = 0, np.where(np.arange(J) < 40, 2, 0)  # nothing asked; 2 rollouts of 40 models
+    pattern_of = rng.integers(0, len(patterns), 300)
+    pattern_of[:2] = 1  # all wrong and all right on the rollout pattern
+    totals = np.array([rng.integers(0, patterns[p].sum() + 1) for p in pattern_of])
+    totals[1] = patterns[1].sum()
+    prior = P.Population.normal(0.5, 2.5)
+    assert P._shared_grid(draws, prior, patterns.sum(1).max(), 1.2, 400) is not None  # not the fallback
+    if spread > 1:  # the bound on how far a key's density moves between draws is what switches the shift
+        assert (patterns @ np.abs(draws - draws.mean(0)).T).max() > P.MAX_SHIFT_REACH
+    got = P.total_moments(draws, patterns, pattern_of, totals, prior=prior)
+    rows = patterns[pattern_of]
+    want = P.grid_key_moments(draws, N.spread_totals(totals, rows), rows, prior=prior)
+    assert np.allclose(got.mean, want.item_mean, rtol=0, atol=1e-11)
+    assert np.allclose(got.sd, want.item_sd, rtol=0, atol=1e-11)
+
+
+def test_the_per_pattern_moments_fall_back_to_key_windows_for_many_trials():
+    """Past max_nodes on the shared grid (many trials: narrow posteriors) the keys go to the per-key windows,
+    as grid_key_moments' own do, and come back one per key."""
+    rng = np.random.default_rng(4)
+    draws = rng.normal(0.0, 1.0, 6) + rng.normal(0.0, 0.05, (20, 6))
+    patterns = np.full((2, 6), 300)
+    pattern_of, totals = np.array([0, 1, 0]), np.array([0, 900, 1800])
+    got = P.total_moments(draws, patterns, pattern_of, totals, max_nodes=50)
+    rows = patterns[pattern_of]
+    want = P.grid_key_moments(draws, N.spread_totals(totals, rows), rows, max_nodes=50)
+    assert got.item_key.tolist() == [0, 1, 2]
+    assert np.allclose(got.mean, want.item_mean, atol=1e-12) and got.mean[0] > got.mean[1] > got.mean[2]
+
+
+def test_a_large_sparse_designs_null_simulates_in_the_kernel_with_the_same_distribution(monkeypatch):
+    """Past PPC_KERNEL_MIN_WORK replicated cells the null's answers come from the compiled 1PL simulation in
+    seeded blocks of replicates: the same figures on one core or two, and the same distribution as the numpy
+    simulation (a sparse 30 x 400 design, 40 % of cells unasked)."""
+    rng = np.random.default_rng(6)
+    J, I = 30, 400
+    draws = rng.normal(0.0, 1.2, J) + rng.normal(0.0, 0.05, (50, J))
+    n = (rng.random((J, I)) < 0.6).astype(np.int64)
+    args = (draws, n, None, (-3.0, 3.0))
+    numpy_null = N.design_null(*args, replicates=300, seed=1)
+    monkeypatch.setattr(N, "PPC_KERNEL_MIN_WORK", 0)
+    kernel_null = N.design_null(*args, replicates=300, seed=1)
+    monkeypatch.setattr("benchfill.forking.available_cores", lambda: 1)
+    assert all(np.array_equal(kernel_null[k], N.design_null(*args, replicates=300, seed=1)[k]) for k in N.METRICS)
+    from scipy import stats
+
+    for k in N.METRICS:
+        assert not np.array_equal(numpy_null[k], kernel_null[k])  # the two paths did run
+        assert stats.ks_2samp(np.round(numpy_null[k], 9), np.round(kernel_null[k], 9)).pvalue > 0.01, k
+        assert np.mean(kernel_null[k]) == pytest.approx(np.mean(numpy_null[k]), rel=0.05), k

@@ -11,7 +11,11 @@ in the exact multinomial null) with the same trial counts and guessing rates, an
 population). A metric is only evidence of a hole when it exceeds the null's 95th percentile.
 
 Cheap at any size: with the abilities fixed the posterior mean of b is a function of the key, so each distinct key
-is integrated once (cached across replicates) and a replicate costs one draw of the counts plus a sort.
+is integrated once (cached across replicates) and a replicate costs one draw of the counts plus a sort. Without
+guessing a key is (trial pattern, total): every replicate's totals are drawn first (in the compiled 1PL simulation
+for a large design), and each pattern's softplus sums serve all of its totals at once
+(:func:`benchfill.irt.placement.total_moments`), so a sparse leaderboard, whose items are each their own pattern,
+pays one lattice sum per item and ability draw, not one per item, total and draw.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchfill.diagnostics import metrics as M
+from benchfill.irt.checks import PPC_KERNEL_MIN_WORK, Replicator, replicate_blocks, use_ppc_kernel
 from benchfill.irt.fast import spread_totals, unique_rows
 from benchfill.irt.model import thin_draws
-from benchfill.irt.placement import EXACT_DRAWS, grid_key_moments
+from benchfill.irt.placement import EXACT_DRAWS, grid_key_moments, total_moments
 from benchfill.irt.prior import Population
 
 METRICS = ("ddm", "max_gap", "top5_sum")
@@ -40,6 +45,7 @@ PMF_TOL = 1e-15  # mass per node below which the edge columns of a total's distr
 NODE_CHUNK = 128  # nodes convolved together (they share one window of totals)
 KEY_DRAW_BUDGET = 1e6  # distinct keys x ability draws integrated by the null
 MIN_DRAWS = 25
+NULL_STREAM = 5  # tag of the null's replicate streams (R3 and R4 use 3 and 4)
 THRESHOLDS = {"ddm": M.FLAG_DDM, "max_gap": M.FLAG_MAX_GAP, "top5_sum": M.FLAG_TOP5}
 
 
@@ -170,6 +176,8 @@ def design_null(theta_draws: np.ndarray, n_trials: np.ndarray, guessing: np.ndar
         max_draws = int(np.clip(KEY_DRAW_BUDGET / key_space, MIN_DRAWS, EXACT_DRAWS))
     draws = thin_draws(np.asarray(theta_draws, dtype=float), max_draws)
     all_draws = np.asarray(theta_draws, dtype=float)
+    if plain.all():
+        return _plain_null(rng, all_draws, draws, n, c, patterns, pattern_of, (lo, hi), replicates, prior, seed)
     cache: dict[object, float] = {}
     out = {k: np.empty(replicates) for k in METRICS}
     for first in range(0, replicates, chunk):
@@ -199,6 +207,40 @@ def design_null(theta_draws: np.ndarray, n_trials: np.ndarray, guessing: np.ndar
             means = np.array([cache[t] for t in tags])[inverse]
             for k, v in M.headline_metrics(M.normalise(means)).items():
                 out[k][r] = v
+    out["theta_draws"] = np.array(len(draws))
+    return out
+
+
+def _plain_null(rng: np.random.Generator, all_draws: np.ndarray, draws: np.ndarray, n: np.ndarray, c: np.ndarray,
+                patterns: np.ndarray, pattern_of: np.ndarray, b_range: tuple[float, float], replicates: int,
+                prior: Population | None, seed: int) -> dict[str, np.ndarray]:
+    """:func:`design_null` without guessing, by simulation: every replicate's totals first, then each distinct
+    (trial pattern, total) integrated once, with the pattern's softplus sums shared by all its totals
+    (:func:`benchfill.irt.placement.total_moments`)."""
+    I = n.shape[1]
+    if use_ppc_kernel(None, n, replicates, PPC_KERNEL_MIN_WORK):
+        # a large design: the compiled 1PL simulation, in blocks of replicates with their own seeded streams
+        # spread over the cores (the same totals on any number of cores)
+        def block(reps: range, block_rng: np.random.Generator) -> tuple[np.ndarray]:
+            sim, out = Replicator(n, block_rng), np.zeros((len(reps), I), dtype=np.int64)
+            for k in range(len(reps)):
+                theta = all_draws[block_rng.integers(len(all_draws))]
+                sim.counts(theta, np.asarray(block_rng.uniform(b_range[0], b_range[1], size=I)), None, col=out[k])
+            return (out,)
+
+        totals = replicate_blocks(block, replicates, seed, NULL_STREAM)[0]
+    else:
+        totals = np.empty((replicates, I), dtype=np.int64)
+        for rep in range(replicates):
+            # each replicate's abilities are a posterior draw: the null carries the abilities' uncertainty
+            totals[rep] = hole_free_counts(rng, all_draws[rng.integers(len(all_draws))], n, c, b_range).sum(0)
+    radix = int(patterns.sum(1).max(initial=0)) + 1
+    keys, inverse = np.unique(pattern_of[None, :] * radix + totals, return_inverse=True)
+    means = total_moments(draws, patterns, keys // radix, keys % radix, prior=prior).mean[inverse.reshape(totals.shape)]
+    out = {k: np.empty(replicates) for k in METRICS}
+    for rep in range(replicates):
+        for k, v in M.headline_metrics(M.normalise(means[rep])).items():
+            out[k][rep] = v
     out["theta_draws"] = np.array(len(draws))
     return out
 

@@ -138,13 +138,13 @@ PPC_KERNEL_MIN_WORK = 20_000_000  # replicated cells (replicates x cells) from w
 # compiled kernels (one fused pass per replicate; below it numpy, and no numba import for a small diagnosis)
 
 
-def _use_ppc_kernel(a: np.ndarray | None, n: np.ndarray, n_rep: int, min_work: int) -> bool:
+def use_ppc_kernel(a: np.ndarray | None, n: np.ndarray, n_rep: int, min_work: int) -> bool:
     """Whether R3 / R4 replicate in :func:`benchfill.irt.kernels.ppc_counts_1pl`: a 1PL (fixed guessing allowed)
     with few trials per cell (<= SMALL_N, the sums-of-uniforms regime) and at least ``min_work`` replicated cells."""
     return a is None and int(n.max(initial=0)) <= SMALL_N and n_rep * n.size >= min_work
 
 
-class _Replicator:
+class Replicator:
     """Replicated count matrices of a 1PL from posterior draws, one at a time, in the compiled kernel: the
     sums-of-uniforms simulation of :func:`_simulate_counts` with 32-bit uniforms (the bit generator's raw output)
     compared in float64 with the exact probability (the numpy path compares float32 uniforms with a float32
@@ -186,7 +186,7 @@ def _draws_guessing(c: np.ndarray | None, s):
 REPLICATE_BLOCK = 10  # replicates per random stream in the kernel path: blocks, not processes, fix the numbers
 
 
-def _replicate_blocks(fn: Callable[[range, np.random.Generator], tuple[np.ndarray, ...]], n_rep: int, seed: int,
+def replicate_blocks(fn: Callable[[range, np.random.Generator], tuple[np.ndarray, ...]], n_rep: int, seed: int,
                       tag: int) -> tuple[np.ndarray, ...]:
     """``fn(block, rng)`` for the blocks of REPLICATE_BLOCK replicates of 0..n_rep (``block``: a range of replicate
     indices; ``rng``: that block's own stream, seeded by (seed, tag, block number)), spread over the cores this
@@ -254,8 +254,8 @@ def check_r3_misfit(responses: ResponseMatrix, fit: IRTFit, seed: int = 0, budge
     than R3_Z SDs (one-sided 0.001). The check fails when more items misfit than both R3_MAX_MISFIT_SHARE of the
     items and the 95th percentile of that count on a model-true benchmark (Binomial(I, 0.001)). R: R3_REPLICATES,
     fewer (down to 20) where the matrix is large (``budget`` cells). From ``min_work`` replicated cells a 1PL's
-    replicates are simulated and correlated in compiled kernels (:class:`_Replicator`), one replicate at a time, in
-    blocks with their own seeded streams spread over the cores (:func:`_replicate_blocks`)."""
+    replicates are simulated and correlated in compiled kernels (:class:`Replicator`), one replicate at a time, in
+    blocks with their own seeded streams spread over the cores (:func:`replicate_blocks`)."""
     rng = np.random.default_rng(seed + 1)
     n, k = responses.n_trials, responses.n_correct
     J, I = n.shape
@@ -263,9 +263,9 @@ def check_r3_misfit(responses: ResponseMatrix, fit: IRTFit, seed: int = 0, budge
     n_rep = int(np.clip(budget // max(1, J * I), 20, R3_REPLICATES))
     draws, theta, b, a, c = _posterior_draws(fit, n_rep, rng)
     z_sum, z_sq, z_n = np.zeros(I), np.zeros(I), np.zeros(I)
-    if _use_ppc_kernel(a, n, n_rep, min_work):
+    if use_ppc_kernel(a, n, n_rep, min_work):
         def block(reps: range, block_rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-            rep, corr = _Replicator(n, block_rng), np.empty(I)
+            rep, corr = Replicator(n, block_rng), np.empty(I)
             sums = np.zeros((3, I))
             for s in draws[reps.start : reps.stop]:
                 y = rep.counts(theta[s], b[s], _draws_guessing(c, s))
@@ -273,7 +273,7 @@ def check_r3_misfit(responses: ResponseMatrix, fit: IRTFit, seed: int = 0, budge
                 _add_fisher_z(corr[None, :], *sums)
             return (sums[None],)
 
-        z_sum, z_sq, z_n = _replicate_blocks(block, n_rep, seed, 3)[0].sum(0)
+        z_sum, z_sq, z_n = replicate_blocks(block, n_rep, seed, 3)[0].sum(0)
     else:
         step = max(1, 1_000_000 // max(1, J * I))  # replicates per block: ~10 float64 temporaries of this many cells
         for r0 in range(0, n_rep, step):
@@ -329,23 +329,23 @@ def check_r4_ppc(responses: ResponseMatrix, fit: IRTFit, n_rep: int = 400, seed:
     Replicates are simulated in blocks of draws (at most ``budget`` cells at a time) in float32; cells with few
     trials (<= 16 in every cell) as sums of uniforms compared with their probability, others by binomial draws.
     From ``min_work`` replicated cells a 1PL's replicates are simulated one at a time in a compiled kernel that
-    also sums them (:class:`_Replicator`): no (R, J, I) temporaries; in blocks with their own seeded streams, spread
-    over the cores (:func:`_replicate_blocks`)."""
+    also sums them (:class:`Replicator`): no (R, J, I) temporaries; in blocks with their own seeded streams, spread
+    over the cores (:func:`replicate_blocks`)."""
     rng = np.random.default_rng(seed)
     draws, theta, b, a, c = _posterior_draws(fit, n_rep, rng)
     n = responses.n_trials
     J, I = n.shape
     n_model = np.maximum(n.sum(1), 1).astype(float)
     n_item = np.maximum(n.sum(0), 1).astype(float)
-    if _use_ppc_kernel(a, n, len(draws), min_work):
+    if use_ppc_kernel(a, n, len(draws), min_work):
         def block(reps: range, block_rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-            rep = _Replicator(n, block_rng)
+            rep = Replicator(n, block_rng)
             row, col = np.zeros((len(reps), J), dtype=np.int64), np.zeros((len(reps), I), dtype=np.int64)
             for r, s in enumerate(draws[reps.start : reps.stop]):
                 rep.counts(theta[s], b[s], _draws_guessing(c, s), row[r], col[r])
             return row / n_model, col / n_item
 
-        ms, its = _replicate_blocks(block, n_rep, seed, 4)
+        ms, its = replicate_blocks(block, n_rep, seed, 4)
     else:
         ms, its = np.empty((n_rep, J)), np.empty((n_rep, I))
         step = max(1, budget // max(1, J * I))

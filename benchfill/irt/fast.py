@@ -206,6 +206,8 @@ class Block:
         log_c: log guessing rate, None for c = 0.
         anchor, wbar: (J,) the tracking rule (zeros: a fixed lattice).
         prior: the difficulty population g(b) (its log density is part of every key's log density).
+        n_basis, n_code: when the rows of n are not all equal but few distinct ones (a complete design with a
+            few unasked cells), those rows (U, J) and each key's one-hot row of them (Kb, U); else None.
     """
 
     keys: np.ndarray
@@ -222,6 +224,8 @@ class Block:
     anchor: np.ndarray
     wbar: np.ndarray
     prior: Population
+    n_basis: np.ndarray | None = None
+    n_code: np.ndarray | None = None
 
     @property
     def width(self) -> int:
@@ -249,6 +253,13 @@ class Block:
         return (thetas - self.anchor) @ self.wbar
 
 
+_ROW_TAG = np.random.default_rng(0x7A6).random(4096) + 1.0  # weights that tell trial rows apart (distinct rows ->
+# distinct tags almost surely; a collision only sends the block to the exact count); designs of more models skip it
+N_BASIS_MAX_SHARE = 0.5  # a block whose keys have at most this many distinct trial rows per model (U <= 0.5 J)
+# sums -n . softplus over those rows and picks each key's by a one-hot weight: a (Kb, J + U) x (J + U, B L) product
+# with guessing instead of (Kb, 2 J) x (2 J, B L) (MMLU-Pro: 29 models, 4 distinct rows in a block)
+
+
 def make_block(keys: ItemKeys, sel: np.ndarray, lo: float, h: float, n_nodes: int, prior: Population,
                starts: np.ndarray | None = None, width: int | None = None,
                anchor: np.ndarray | None = None, wbar: np.ndarray | None = None) -> Block:
@@ -261,6 +272,12 @@ def make_block(keys: ItemKeys, sel: np.ndarray, lo: float, h: float, n_nodes: in
     cs = np.unique(keys.c[sel])
     if cs.size != 1:
         raise AssertionError("a block holds one guessing rate")
+    n_basis = n_code = None
+    # distinct rows counted first on one number per row (a sparse design's thousands of rows need no row sort)
+    if shared is None and J <= len(_ROW_TAG) and len(np.unique(n @ _ROW_TAG[:J])) <= N_BASIS_MAX_SHARE * J:
+        rows, inverse = np.unique(n, axis=0, return_inverse=True)
+        if len(rows) <= N_BASIS_MAX_SHARE * J:
+            n_basis, n_code = rows, np.eye(len(rows))[inverse.reshape(-1)]
     if starts is None or width is None:
         idx, nodes = None, grid[None, :]
     else:
@@ -271,6 +288,7 @@ def make_block(keys: ItemKeys, sel: np.ndarray, lo: float, h: float, n_nodes: in
         mult=keys.mult[sel], log_c=float(np.log(cs[0])) if cs[0] > 0 else None, n_shared=shared,
         anchor=np.zeros(J) if anchor is None else np.asarray(anchor, dtype=float),
         wbar=np.zeros(J) if wbar is None else np.asarray(wbar, dtype=float), prior=prior,
+        n_basis=n_basis, n_code=n_code,
     )
 
 
@@ -447,6 +465,9 @@ def lattice_terms(thetas: np.ndarray, blk: Block) -> tuple[np.ndarray, np.ndarra
     weights, terms = [], []
     if blk.n_shared is not None:
         base = base - np.einsum("j,bjl->bl", blk.n_shared, softplus(X))
+    elif blk.n_basis is not None and blk.n_code is not None:
+        weights.append(blk.n_code)
+        terms.append(-np.einsum("uj,bjl->bul", blk.n_basis, softplus(X)))
     else:
         weights.append(blk.n)
         terms.append(-softplus(X))

@@ -322,23 +322,110 @@ MEMO_MAX_KEYS = 500_000
 _KEY_MEMO = _KeyMemo()
 
 
+def _shared_grid(draws: np.ndarray, prior: Population, max_trials: float, h_factor: float, max_nodes: int
+                 ) -> np.ndarray | None:
+    """The b-grid (logits) every key with at most ``max_trials`` trials is integrated on, or None when it would
+    need more than ``max_nodes`` nodes."""
+    # The conditional posterior of b is no narrower than 1 / sqrt(prior curvature + sum_j n_j / 4) (the
+    # information bound), and the prior's own features need no finer spacing than that.
+    h = 1.0 / (h_factor * np.sqrt(prior.curvature + max_trials / 4.0))
+    # The prior keeps b within its support (25 nats: beyond, a key's share of mass is < 1e-10 even where the
+    # likelihood is flat, as for items no model solves) and the likelihood within ~8 logits of the abilities.
+    p_lo, p_hi = prior.support(cut=25.0)
+    lo, hi = min(p_lo, draws.min() - 8.0), max(p_hi, draws.max() + 8.0)
+    G = int(np.ceil((hi - lo) / h)) + 1
+    return None if G > max_nodes else lo + h * np.arange(G)
+
+
+MAX_SHIFT_REACH = 300.0  # nats: up to this bound on a key's log density moving between draws, exp(ell - centre's
+# peak) stays far from overflow and :func:`total_moments` needs no maximum per draw
+
+
+def total_moments(theta_draws: np.ndarray, patterns: np.ndarray, pattern_of: np.ndarray, totals: np.ndarray, *,
+                  prior: Population | None = None, h_factor: float = 1.2, max_nodes: int = 400) -> KeyMoments:
+    """:func:`grid_key_moments` for keys without guessing given as (trial pattern, total correct): key e has the
+    trials ``patterns[pattern_of[e]]`` and ``totals[e]`` correct.
+
+    The 1PL's b-dependent log-likelihood is -r b - sum_j n_j softplus(theta_j - b): the softplus sums are a
+    property of the pattern, so they are computed once per pattern and ability draw for all its totals, not once
+    per key (the null of a sparse design asks ~100 totals of each of ~10^4-10^5 patterns).
+
+    Args:
+        theta_draws: (S, J) ability draws, logits.
+        patterns: (P, J) trials per model.  pattern_of: (E,) pattern of each key.  totals: (E,) correct counts.
+        prior: the difficulty population (default: the paper's N(0, 1)).
+    Returns:
+        :class:`KeyMoments` with one entry per key (``item_key`` = 0..E - 1), logits.
+    """
+    draws = np.asarray(theta_draws, dtype=float)
+    prior = prior or Population.paper()
+    trials = np.asarray(patterns, dtype=float)
+    pat = np.asarray(pattern_of, dtype=np.int64)
+    r = np.asarray(totals, dtype=float)
+    E = len(r)
+    grid = _shared_grid(draws, prior, float(trials.sum(1).max(initial=0.0)), h_factor, max_nodes)
+    if grid is None:  # many trials per key: the per-key windows of grid_key_moments
+        n_rows = trials[pat].astype(np.int64)
+        km = grid_key_moments(draws, fast.spread_totals(r.astype(np.int64), n_rows), n_rows, prior=prior)
+        return KeyMoments(mean=km.item_mean, sd=km.item_sd, item_key=np.arange(E))
+    log_prior = prior.log_density_unnormalised(grid)
+    centre = draws.mean(0)
+    reach = (trials @ np.abs(draws - centre).T).max(1, initial=0.0)  # (P,) see _chunk_window
+    # keys in order of a rough location, so each chunk's conditionals share a short stretch of the grid
+    n_tot = np.maximum(trials.sum(1), 1.0)[pat]
+    rough = (trials @ centre)[pat] / n_tot - np.log((r + 0.5) / (n_tot - r + 0.5))
+    order = np.argsort(rough, kind="stable")
+    G = grid.size
+    step = max(1, KEY_CHUNK_ELEMENTS // G)
+    base_c = log_prior - trials @ fast.softplus(centre[:, None] - grid[None, :])  # (P, G) at the centre
+    chunks = []
+    for start in range(0, E, step):
+        ks = order[start : start + step]
+        ell = base_c[pat[ks]] - r[ks, None] * grid[None, :]
+        peak = ell.max(1)
+        inside = ell >= peak[:, None] - (fast.LOG_CUT + 2.0 * reach[pat[ks], None] + 1.0)
+        first = int(inside.argmax(1).min())
+        last = int(G - 1 - inside[:, ::-1].argmax(1).min())
+        # each key's density is shifted by its peak at the centre: at any draw it lies within reach of it (so
+        # the exponentials neither overflow nor lose the peak), and the shift cancels in the ratios
+        chunks.append((ks, pat[ks], r[ks, None], peak[:, None], first, last + 1))
+
+    bounded = float(reach.max(initial=0.0)) <= MAX_SHIFT_REACH
+
+    def some(bounds: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        m1, m2 = np.zeros((1, E)), np.zeros((1, E))
+        with threadpool_limits(1):
+            for theta in draws[bounds[0] : bounds[1]]:
+                base = log_prior - trials @ fast.softplus(theta[:, None] - grid[None, :])  # (P, G)
+                for ks, pk, rk, shift, first, last in chunks:
+                    g = grid[first:last]
+                    ell = base[pk, first:last]
+                    ell -= rk * g + shift
+                    if not bounded:  # abilities so uncertain that the centre's peak could be far off
+                        ell -= ell.max(1, keepdims=True)
+                    p = np.exp(ell, out=ell)
+                    mass = p.sum(1)
+                    m1[0, ks] += (p @ g) / mass
+                    m2[0, ks] += (p @ (g * g)) / mass
+        return m1, m2
+
+    # the draws split over forked processes when there is enough work; each returns its sums over its draws
+    procs = available_cores() if E * G * len(draws) >= FORK_MIN_NODES else 1
+    m1_parts, m2_parts = forked_ranges(some, len(draws), procs)
+    m1, m2 = m1_parts.sum(0) / len(draws), m2_parts.sum(0) / len(draws)
+    return KeyMoments(mean=m1, sd=np.sqrt(np.maximum(m2 - m1**2, 0.0)), item_key=np.arange(E))
+
+
 def _grid_key_moments(draws: np.ndarray, y: np.ndarray, n: np.ndarray, guessing: np.ndarray | None,
                       prior: Population, h_factor: float, max_nodes: int, reduced: fast.ItemKeys | None = None
                       ) -> KeyMoments:
     """:func:`grid_key_moments` without the memo: (K, J) count rows ``y`` / ``n``; ``reduced``: those rows already
     reduced (:func:`benchfill.irt.fast.reduce_items`), if the caller has them."""
     keys = fast.reduce_items(y.T, n.T, guessing) if reduced is None else reduced
-    # The conditional posterior of b is no narrower than 1 / sqrt(prior curvature + sum_j n_j / 4) (the
-    # information bound), and the prior's own features need no finer spacing than that.
-    h = 1.0 / (h_factor * np.sqrt(prior.curvature + keys.n.sum(1).max() / 4.0))
-    # The prior keeps b within its support (25 nats: beyond, a key's share of mass is < 1e-10 even where the
-    # likelihood is flat, as for items no model solves) and the likelihood within ~8 logits of the abilities.
-    p_lo, p_hi = prior.support(cut=25.0)
-    lo, hi = min(p_lo, draws.min() - 8.0), max(p_hi, draws.max() + 8.0)
-    G = int(np.ceil((hi - lo) / h)) + 1
-    if G > max_nodes:  # many trials per item: narrow posteriors, cheaper in per-key windows
+    grid = _shared_grid(draws, prior, float(keys.n.sum(1).max()), h_factor, max_nodes)
+    if grid is None:  # many trials per item: narrow posteriors, cheaper in per-key windows
         return key_posterior_moments(draws, y, n, guessing, prior)
-    grid = lo + h * np.arange(G)
+    G = grid.size
     step = max(1, KEY_CHUNK_ELEMENTS // G)  # keys per chunk: the (keys, G) temporaries stay in cache
 
     def some(bounds: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
