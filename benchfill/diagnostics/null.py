@@ -186,7 +186,7 @@ def design_null(theta_draws: np.ndarray, n_trials: np.ndarray, guessing: np.ndar
         for _ in reps:
             # each replicate's abilities are a posterior draw: the null carries the abilities' uncertainty
             y = hole_free_counts(rng, all_draws[rng.integers(len(all_draws))], n, c, (lo, hi))
-            body = y.sum(0)[:, None] if plain.all() else np.where(plain[:, None], y.sum(0)[:, None], y.T)
+            body = np.where(plain[:, None], y.sum(0)[:, None], y.T)  # (plain items: their total; else the column)
             rows = np.concatenate([pattern_of[:, None], c_index[:, None], body], axis=1)
             if weights is not None:  # one integer per item: a 1-D unique is far faster than one over rows
                 _, first_of, inverse = np.unique(rows @ weights, return_index=True, return_inverse=True)
