@@ -497,3 +497,30 @@ def test_blocks_with_few_distinct_trial_rows_sum_them_once(monkeypatch):
         theirs, _ = fast.draw_difficulties(keys, general, thetas, np.random.default_rng(5))
         np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-9)
 
+
+
+@pytest.mark.parametrize("guessing", [0.0, 0.2])
+def test_information_and_curvature_taken_a_slice_of_models_at_a_time_are_the_whole(monkeypatch, guessing):
+    """The keys' expected information (Kb, J) and likelihood curvature on the lattice, computed ELEMENT_BUDGET / L
+    models at a time (bounded memory for the Gibbs engine's transposed conditional: thousands of items as its
+    models), equal the one-pass formulas (with the blocks' own trials, shared or per key)."""
+    rng = np.random.default_rng(21)
+    n = np.ones((J, 400), dtype=int)
+    n[:3, :50] = 0
+    c = np.full(400, guessing)
+    keys, mg, _, blocks = _marginal_and_draw_blocks(n, c, 21, 5)
+    theta = mg.mode
+    for blk in blocks:
+        grid = blk.grid
+        P = rng.random((len(blk.keys), len(grid)))
+        P /= P.sum(1, keepdims=True)
+        s = expit(theta[:, None] - grid[None, :])
+        info = blk.n * (P @ (s * (1 - s)).T)
+        if blk.log_c is not None:
+            q = expit(blk.log_c - (theta[:, None] - grid[None, :]))
+            info = info - blk.y * (P @ (q * (1 - q)).T)
+        curv = blk.n @ (s * (1 - s))
+        monkeypatch.setattr(fast, "ELEMENT_BUDGET", 3 * len(grid))  # three models a slice
+        got_info, got_curv = fast.information_and_curvature(theta, grid, P, blk)
+        np.testing.assert_allclose(got_info, np.maximum(info, 0.0), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(np.broadcast_to(got_curv, curv.shape), curv, rtol=1e-12, atol=1e-14)

@@ -528,13 +528,34 @@ def expected_information(theta: np.ndarray, grid: np.ndarray, P: np.ndarray, blk
     """(Kb, J) each key's expected information about b from each model, E_k[-d2 ell_k / db2] per model (the same
     as per theta_j), under the key's node weights ``P`` (Kb, L) on ``grid`` (L,) (the lattice's nodes, logits);
     with guessing, the y log(c + (1 - c) s) term's curvature is subtracted; floored at 0."""
-    X = theta[:, None] - grid[None, :]  # (J, L)
-    s = 1.0 / (1.0 + np.exp(-X))
-    info = blk.n * (P @ (s * (1.0 - s)).T)
-    if blk.log_c is not None:
-        q = 1.0 / (1.0 + np.exp(-(blk.log_c - X)))
-        info = info - blk.y * (P @ (q * (1.0 - q)).T)
-    return np.maximum(info, 0.0)
+    return information_and_curvature(theta, grid, P, blk, curvature=False)[0]
+
+
+def information_and_curvature(theta: np.ndarray, grid: np.ndarray, P: np.ndarray, blk: Block,
+                              curvature: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`expected_information` (Kb, J), and every key's -d2/db2 of the 1PL likelihood at each node,
+    sum_j n_kj s(1 - s) ((1, L) when all keys share their trials, else (Kb, L); (0, L) without ``curvature``).
+
+    Models are taken ELEMENT_BUDGET / L at a time: the Gibbs engine's transposed conditional has the items as its
+    "models" and a fine lattice (each model holds thousands of trials), where one (J, L) array was measured at
+    0.4 GB for 20,000 items (and its temporaries at three times that), growing with items x trials."""
+    J, L = len(theta), len(grid)
+    info = np.empty((P.shape[0], J))
+    curv = np.zeros((0 if not curvature else 1 if blk.n_shared is not None else len(blk.keys), L))
+    step = max(1, ELEMENT_BUDGET // max(1, L))
+    for j0 in range(0, J, step):
+        js = slice(j0, min(J, j0 + step))
+        X = theta[js, None] - grid[None, :]  # (models of the slice, L)
+        s = 1.0 / (1.0 + np.exp(-X))
+        s *= 1.0 - s  # -d2/db2 of each softplus term, per trial
+        part = blk.n[:, js] * (P @ s.T)
+        if curvature:
+            curv += (blk.n_shared[js] @ s)[None, :] if blk.n_shared is not None else blk.n[:, js] @ s
+        if blk.log_c is not None:
+            q = 1.0 / (1.0 + np.exp(-(blk.log_c - X)))
+            part -= blk.y[:, js] * (P @ (q * (1.0 - q)).T)
+        info[:, js] = part
+    return np.maximum(info, 0.0), curv
 
 
 def _on_lattice(W: np.ndarray, blk: Block) -> np.ndarray:
@@ -892,11 +913,8 @@ def key_windows(keys: ItemKeys, theta: np.ndarray, lo: float, hi: float, prior: 
             raise _RangeTooNarrow()
         P = np.exp(ell - mx)
         P /= P.sum(1, keepdims=True)
-        info = expected_information(theta, blk.grid, P, blk)
-        s1 = 1.0 / (1.0 + np.exp(-(theta[:, None] - blk.grid[None, :])))
-        curv_n = s1 * (1 - s1)  # (J, L) -d2/db2 of each softplus term, per trial
         # every key's -d2/db2 of the likelihood on the lattice: one row when all keys have the same trials
-        curv_keys = (blk.n_shared @ curv_n)[None, :] if blk.n_shared is not None else blk.n @ curv_n
+        info, curv_keys = information_and_curvature(theta, blk.grid, P, blk)
         w[blk.keys] = info / (1.0 + info.sum(1, keepdims=True))  # implicit function theorem at the mode
         g = blk.grid
         # the window's shape changes a little as theta moves; a window that runs far into an exponential tail of
