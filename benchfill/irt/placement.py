@@ -382,13 +382,11 @@ def total_moments(theta_draws: np.ndarray, patterns: np.ndarray, pattern_of: np.
     for start in range(0, E, step):
         ks = order[start : start + step]
         ell = base_c[pat[ks]] - r[ks, None] * grid[None, :]
-        peak = ell.max(1)
-        inside = ell >= peak[:, None] - (fast.LOG_CUT + 2.0 * reach[pat[ks], None] + 1.0)
-        first = int(inside.argmax(1).min())
-        last = int(G - 1 - inside[:, ::-1].argmax(1).min())
+        peak = ell.max(1, keepdims=True)
+        win = _mass_window(ell, peak, reach[pat[ks], None])
         # each key's density is shifted by its peak at the centre: at any draw it lies within reach of it (so
         # the exponentials neither overflow nor lose the peak), and the shift cancels in the ratios
-        chunks.append((ks, pat[ks], r[ks, None], peak[:, None], first, last + 1))
+        chunks.append((ks, pat[ks], r[ks, None], peak, win.start, win.stop))
 
     bounded = float(reach.max(initial=0.0)) <= MAX_SHIFT_REACH
 
@@ -492,12 +490,17 @@ def _chunk_window(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarray, Xc
     D_s = sum_j n_j |theta_sj - centre_j| at any b: a node more than LOG_CUT + 2 max_s D_s below the peak at the
     centre is more than LOG_CUT below it at every draw. Args: the chunk's counts (K, J) / (K,), Xc (J, G) the
     centre's theta_j - b, ``moved`` (J, S) |theta_sj - centre_j|."""
-    G = grid.size
     ell = fast.grid_log_likelihood(n, y, r, c, Xc, fast.softplus(Xc), grid) + log_prior  # (K, G)
-    reach = float((n @ moved).max(initial=0.0))  # max over keys and draws of D_s
-    inside = ell >= ell.max(1, keepdims=True) - (fast.LOG_CUT + 2.0 * reach + 1.0)
+    return _mass_window(ell, ell.max(1, keepdims=True), float((n @ moved).max(initial=0.0)))
+
+
+def _mass_window(ell: np.ndarray, peak: np.ndarray, reach: float | np.ndarray) -> slice:
+    """The nodes outside which every row of ``ell`` (K, G), the keys' log densities at the draws' centre with peaks
+    ``peak`` (K, 1), is more than fast.LOG_CUT + 2 ``reach`` + 1 below its peak (``reach``: the largest change of a
+    key's log density between the centre and any draw, one for all keys or (K, 1); see :func:`_chunk_window`)."""
+    inside = ell >= peak - (fast.LOG_CUT + 2.0 * reach + 1.0)
     first = int(inside.argmax(1).min())
-    last = int(G - 1 - inside[:, ::-1].argmax(1).min())
+    last = int(ell.shape[1] - 1 - inside[:, ::-1].argmax(1).min())
     return slice(first, last + 1)
 
 
