@@ -38,6 +38,39 @@ def test_item_log_marginals_match_adaptive_quadrature(c):
             assert got[k, s] == pytest.approx(np.log(want), abs=1e-7)
 
 
+def test_item_log_marginals_on_chunk_windows_over_two_processes_equal_the_whole_lattice():
+    """Many keys (guessing and plain, spread from never to always right) and enough draws that the keys are split
+    over forked processes and each chunk is integrated on its own window: the same log densities as one trapezoid
+    sum over the whole lattice."""
+    from benchfill.irt import fast
+    from benchfill.irt.model import log_binomial_coefficients
+
+    rng = np.random.default_rng(3)
+    prior = Population.normal(0.5, 2.0)
+    J, K, S = 12, 1500, 40
+    theta = rng.normal(0, 1, J) + 0.05 * rng.normal(size=(S, J))
+    n = rng.integers(1, 5, (K, J))
+    y = rng.binomial(n, rng.uniform(0, 1, (K, 1)))
+    c = np.where(np.arange(K) % 3 == 0, 0.0, 0.25)
+    got = G.item_log_marginals(theta, y, n, c, prior)
+    # the reference: the same lattice, every node, every key at once
+    lo, hi = prior.support(cut=G.SUPPORT_CUT)
+    h = 1.0 / (2.0 * np.sqrt(prior.curvature + 0.5 * n.sum(1).max()))
+    b = np.linspace(lo, hi, int(np.ceil((hi - lo) / h)) + 1)
+    assert K * b.size * S >= 20_000_000  # the forked path (placement.FORK_MIN_NODES)
+    log_w = prior.log_density(b) + np.log(np.full(b.size, b[1] - b[0]) * np.r_[0.5, np.ones(b.size - 2), 0.5])
+    want = np.empty((K, S))
+    for s in range(S):
+        X = theta[s][:, None] - b[None, :]
+        ell = fast.grid_log_likelihood(n.astype(float), y.astype(float), y.sum(1).astype(float), c, X,
+                                       fast.softplus(X), b) + log_w
+        ell += np.where(c <= 0, y @ theta[s], 0.0)[:, None]
+        peak = ell.max(1)
+        want[:, s] = peak + np.log(np.exp(ell - peak[:, None]).sum(1))
+    want += log_binomial_coefficients(y, n)[:, None]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
+
+
 def test_count_keys_share_items_with_the_same_counts_and_rate():
     n = np.array([[2, 2, 2, 2], [1, 1, 1, 0]])
     y = np.array([[1, 1, 1, 2], [0, 0, 0, 1]])  # the last cell has no trials: its count is ignored

@@ -97,3 +97,22 @@ def test_exact_key_moments_on_chunk_windows_equal_the_whole_grids(monkeypatch):
     np.testing.assert_allclose(windowed.mean, full.mean, rtol=0, atol=1e-12)
     np.testing.assert_allclose(windowed.sd, full.sd, rtol=0, atol=1e-12)
     assert any(w.stop - w.start < 0.8 * 400 for w in widths)  # some chunk did skip part of the grid
+
+
+def test_exact_key_moments_with_each_draws_terms_made_per_chunk_are_the_same(monkeypatch):
+    """Where every draw's (theta - b, softplus) terms on the whole grid would not fit DRAW_TERMS_BUDGET, each
+    chunk makes them on its own window: the same moments."""
+    y, n, theta = _sparse(60, 1500, seed=4)
+    rng = np.random.default_rng(1)
+    draws = theta + 0.08 * rng.standard_normal((30, 1)) + 0.03 * rng.standard_normal((30, 60))
+    prior = Population.normal(0.3, 1.7)
+    monkeypatch.setattr(placement, "KEY_CHUNK_ELEMENTS", 20_000)
+    kept = placement._grid_key_moments(draws, y.T, n.T, None, prior, 1.2, 400)
+    made = []
+    real = placement._draw_terms
+    monkeypatch.setattr(placement, "_draw_terms", lambda th, g: made.append(g.size) or real(th, g))
+    monkeypatch.setattr(placement, "DRAW_TERMS_BUDGET", 0)
+    per_chunk = placement._grid_key_moments(draws, y.T, n.T, None, prior, 1.2, 400)
+    assert made and len(made) > 30  # made per chunk and draw
+    np.testing.assert_allclose(per_chunk.mean, kept.mean, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(per_chunk.sd, kept.sd, rtol=0, atol=1e-12)

@@ -25,8 +25,10 @@ from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
+from threadpoolctl import threadpool_limits
 
-from benchfill.irt import fast
+from benchfill.forking import available_cores, forked_ranges
+from benchfill.irt import fast, placement
 from benchfill.irt.fast import pareto_k
 from benchfill.irt.model import binomial_loglik, log_binomial_coefficients, probability
 from benchfill.irt.prior import Population
@@ -97,6 +99,7 @@ def item_log_marginals(theta: np.ndarray, y: np.ndarray, n: np.ndarray, c: np.nd
     """
     theta = np.atleast_2d(np.asarray(theta, dtype=float))
     y, n = np.asarray(y, dtype=float), np.asarray(n, dtype=float)
+    c = np.asarray(c, dtype=float)
     S, J = theta.shape
     K = y.shape[0]
     lo, hi = prior.support(cut=SUPPORT_CUT)
@@ -106,27 +109,28 @@ def item_log_marginals(theta: np.ndarray, y: np.ndarray, n: np.ndarray, c: np.nd
     G = b.size
     log_w = prior.log_density(b) + np.log(np.full(G, b[1] - b[0]) * np.r_[0.5, np.ones(G - 2), 0.5])
     r = y.sum(axis=1)
+    # keys in order of location, each chunk integrated on the stretch of the lattice where its integrands hold
+    # mass under some draw (placement.grid_chunks: < e^-36 of it left out), the keys split over the cores
+    order = placement.location_order(n, r, theta)
+    ys, ns, rs, cs = y[order], n[order], r[order], c[order]
     # fast.grid_log_likelihood leaves out the 1PL's b-free term y . theta (it is the whole log-likelihood with
     # guessing): across ability draws it differs, so it goes back in for the plain keys
-    plain = (c <= 0).astype(float)
-    out = np.empty((K, S))
-    # as many draws side by side as keep every key in one product (the per-draw terms are then computed once)
-    s_step = max(1, min(S, budget // max(1, K * G, 2 * J * G)))
-    for s0 in range(0, S, s_step):
-        th = theta[s0 : s0 + s_step]
-        s = th.shape[0]
-        X = (th[:, :, None] - b[None, None, :]).transpose(1, 0, 2).reshape(J, s * G)  # s draws side by side
-        sp = fast.softplus(X)
-        grid = np.tile(b, s)
-        k_step = max(1, min(K, budget // max(1, s * G)))
-        for k0 in range(0, K, k_step):
-            part = slice(k0, k0 + k_step)
-            ell = fast.grid_log_likelihood(n[part], y[part], r[part], c[part], X, sp, grid).reshape(-1, s, G)
-            ell += log_w
-            if plain[part].any():
-                ell += (plain[part, None] * (y[part] @ th.T))[:, :, None]
-            peak = ell.max(axis=2)
-            out[part, s0 : s0 + s] = peak + np.log(np.exp(ell - peak[..., None]).sum(axis=2))
+    plain_y = np.where((cs <= 0)[:, None], ys, 0.0)
+    step = max(1, min(K, budget // max(1, 20 * G)))  # keys per chunk: its (keys, G) temporaries stay in cache
+
+    def some(bounds: tuple[int, int]) -> tuple[np.ndarray]:
+        part = np.empty((bounds[1] - bounds[0], S))
+        with threadpool_limits(1):  # small products: BLAS threads only contend
+            for rows, s, _, ell in placement.grid_chunks(ns, ys, rs, cs, theta, b, log_w, step, bounds):
+                peak = ell.max(axis=1)
+                part[rows, s] = peak + np.log(np.exp(ell - peak[:, None]).sum(axis=1))
+                part[rows, s] += plain_y[bounds[0] + rows.start : bounds[0] + rows.stop] @ theta[s]
+        return (part,)
+
+    procs = available_cores() if K * G * S >= placement.FORK_MIN_NODES else 1
+    (sorted_out,) = forked_ranges(some, K, procs)
+    out = np.empty_like(sorted_out)
+    out[order] = sorted_out
     return out + log_binomial_coefficients(y.astype(np.int64), n.astype(np.int64))[:, None]
 
 

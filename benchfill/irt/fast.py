@@ -53,7 +53,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from benchfill.data import ResponseMatrix
-from benchfill.forking import available_cores, die_with_parent, start_method
+from benchfill.forking import available_cores, die_with_parent, forked_ranges, start_method
 from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings
 from benchfill.irt.prior import Population
 
@@ -1152,6 +1152,8 @@ PROPOSAL_DF = 100.0  # Student-t proposal: polynomial tails over a sub-Gaussian 
 CHECK_DRAWS = 1000  # importance draws that check the proposal and seed the chains
 MIN_KISH = 0.5  # below this importance efficiency of the proposal the abilities are sampled by NUTS instead
 BURN_IN = 100  # states each chain discards (at most ``tune``)
+CHECK_FORK_MIN_WORK = 100_000_000  # window nodes x check draws from which the check draws are split over forked
+# processes (~0.5 s of work against a fork's ~0.05 s; MMLU-Pro 29 x 12,032 with guessing: 2.1 M nodes x 1,000)
 PARALLEL_MIN_DRAWS = 20_000_000  # b draws (chains x draws x items) from which chains run in worker processes
 PARALLEL_MIN_KEYS = 500  # ... or likelihood keys (each costs quadrature at every ability draw)
 FORK_MIN_DRAWS = 200_000  # the same, where workers are forked (~0.05 s; a fork server costs ~1 s): measured on
@@ -1219,23 +1221,26 @@ def _normalised_weights(log_w: np.ndarray) -> np.ndarray:
     return w / w.sum()
 
 
-def _weighted_draws(model: MarginalModel, proposal: "Proposal", n: int, rng: np.random.Generator
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """n draws (n, J) from the proposal and their log importance weights log p(theta | y) - log q(theta) (n,)."""
+def _weighted_draws(model: MarginalModel, proposal: "Proposal", n: int, rng: np.random.Generator,
+                    processes: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """n draws (n, J) from the proposal and their log importance weights log p(theta | y) - log q(theta) (n,);
+    ``processes``: the draws' densities split over this many forked processes (the same values)."""
     th = proposal.draw(n, rng)
-    return th, model.logp_batch(th) - proposal.log_density(th)
+    (logp,) = forked_ranges(lambda part: (model.logp_batch(th[part[0] : part[1]]),), n, processes)
+    return th, logp - proposal.log_density(th)
 
 
 def laplace_proposal(model: MarginalModel, mode: np.ndarray, cov: np.ndarray, rng: np.random.Generator,
-                     n: int = CHECK_DRAWS, df: float = PROPOSAL_DF) -> Proposal:
+                     n: int = CHECK_DRAWS, df: float = PROPOSAL_DF, processes: int = 1) -> Proposal:
     """The Student-t with the Laplace approximation's mean and covariance, checked on ``n`` of its draws
-    (acceptance estimate, Kish efficiency; the draws become the chains' starting pool).
+    (acceptance estimate, Kish efficiency; the draws, with their weights, become the chains' first proposals).
 
     Refitting it to importance-weighted moments was tried and made it worse: the moment estimates' noise
     (J (J + 1) / 2 covariances from ~1,000 weighted draws) costs more than the Laplace fit's bias (measured Kish
-    efficiency 0.99 -> 0.92 with 12 models, 0.72 -> 0.13 with 48)."""
+    efficiency 0.99 -> 0.92 with 12 models, 0.72 -> 0.13 with 48). ``processes``: the check draws' densities
+    are evaluated in this many forked processes (the chains run in parallel after it; this step did not)."""
     proposal = Proposal(mode, cov * (df - 2.0) / df, df, 0.0, 0.0, np.empty((0, len(mode))), np.empty(0))
-    pool, pool_lw = _weighted_draws(model, proposal, n, rng)
+    pool, pool_lw = _weighted_draws(model, proposal, n, rng, processes)
     w = _normalised_weights(pool_lw)
     _, accepted = imh_chain(pool_lw, np.log(rng.random(n - 1)))
     return replace(proposal, accept_estimate=accepted / (n - 1), kish=float(1.0 / (n * np.sum(w**2))),
@@ -1278,15 +1283,24 @@ def pareto_k(log_w: np.ndarray) -> float:
 
 
 def sample_theta_imh(model: MarginalModel, proposal: Proposal, chains: int, burn_in: int, draws: int,
-                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+                     rng: np.random.Generator, first: tuple[np.ndarray, np.ndarray] | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """Independent IMH chains on the abilities, each started from its own overdispersed point: a proposal draw
     moved twice as far from the proposal's centre (so a chain can start where the proposal is poor, and stay there
     long enough for R-hat to see it).
 
+    ``first``: proposal draws already weighted, (m, J) and their log weights (m,) (the check draws of
+    :func:`laplace_proposal`, each independent of the rest), taken as the first m proposals (in chain order) before
+    new ones are drawn: the check's density evaluations are not paid twice.
+
     Returns theta (chains, draws, J) and the acceptance rate of each chain (chains,)."""
     J = len(proposal.loc)
     steps = burn_in + draws
-    th, lw = _weighted_draws(model, proposal, chains * steps, rng)
+    m = 0 if first is None else min(len(first[1]), chains * steps)
+    th, lw = (np.empty((0, J)), np.empty(0)) if m == chains * steps else _weighted_draws(
+        model, proposal, chains * steps - m, rng)
+    if first is not None and m:
+        th, lw = np.concatenate([first[0][:m], th]), np.concatenate([first[1][:m], lw])
     th, lw = th.reshape(chains, steps, J), lw.reshape(chains, steps)
     x0 = proposal.loc + START_SPREAD * (proposal.draw(chains, rng) - proposal.loc)
     lw0 = model.logp_batch(x0) - proposal.log_density(x0)
@@ -1519,6 +1533,7 @@ class _ChainJob:
     marginal: Marginal
     names: list[str]
     proposal: Proposal | None  # None: NUTS
+    chains: int = 1  # chains of the whole fit: chain g's first proposals are the check draws g, g + chains, ...
 
     def run(self, settings: SamplerSettings, first_chain: int, b_out: np.ndarray) -> ChainResult:
         """Chains ``first_chain`` .. ``first_chain + settings.chains - 1`` of the fit: fill ``b_out`` (C, S, I)
@@ -1541,8 +1556,9 @@ class _ChainJob:
         for c in range(settings.chains):
             seq = np.random.SeedSequence([settings.seed, 0x1F7, first_chain + c])
             theta_rng, b_rng = (np.random.default_rng(s) for s in seq.spawn(2))
+            pool = slice(first_chain + c, None, self.chains)
             theta, acc = sample_theta_imh(mg.model, self.proposal, 1, min(settings.tune, BURN_IN), settings.draws,
-                                          theta_rng)
+                                          theta_rng, (self.proposal.pool[pool], self.proposal.pool_log_w[pool]))
             flat = theta[0]
             _, e = draw_difficulties(mg.model.keys, mg.draw_blocks(flat), flat, b_rng, b_out[c])
             thetas.append(theta)
@@ -1766,7 +1782,9 @@ def _fit_fast(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSetting
     marginal = build_marginal(keys, spec.population_prior)
     model = marginal.model
     rng = np.random.default_rng(np.random.SeedSequence([settings.seed, 0xADA]))
-    proposal = laplace_proposal(model, marginal.mode, marginal.cov, rng)
+    check_work = CHECK_DRAWS * model.n_nodes  # window nodes the check draws' densities visit
+    proposal = laplace_proposal(model, marginal.mode, marginal.cov, rng,
+                                processes=available_cores() if check_work >= CHECK_FORK_MIN_WORK else 1)
     # the posterior of the abilities is log-concave without guessing and near-Gaussian with it (measured Kish
     # efficiency 0.72-0.99 on every real matrix in ../shared); anything far from that goes to NUTS
     use_imh = proposal.kish >= MIN_KISH
@@ -1775,7 +1793,7 @@ def _fit_fast(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSetting
                  "sampling the abilities with NUTS", proposal.kish)
         import nutpie  # noqa: F401  (imported once here, so forked workers inherit it instead of each importing it)
     t1 = time.perf_counter()
-    job = _ChainJob(marginal, list(responses.models), proposal if use_imh else None)
+    job = _ChainJob(marginal, list(responses.models), proposal if use_imh else None, settings.chains)
     C, S = settings.chains, settings.draws
     # worker processes cost ~0.05 s to fork, but ~1 s to start through a fork server (when another thread is
     # alive): forked, they pay from small fits on; served, only for large ones

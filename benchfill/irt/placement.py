@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import numpy as np
 from pydantic import BaseModel
@@ -434,11 +435,7 @@ def _grid_key_moments(draws: np.ndarray, y: np.ndarray, n: np.ndarray, guessing:
 
     # the keys split over forked processes when there is enough work (each process computes its own keys)
     procs = available_cores() if keys.n_keys * G * len(draws) >= FORK_MIN_NODES else 1
-    # keys in order of a rough location (their panel's mean ability less the logit of their share correct), so
-    # each chunk's conditionals share a short stretch of the grid (:func:`_accumulate_grid_moments`)
-    trials = np.maximum(keys.n.sum(1), 1.0)
-    rough = (keys.n @ draws.mean(0)) / trials - np.log((keys.r + 0.5) / (trials - keys.r + 0.5))
-    order = np.argsort(rough, kind="stable")
+    order = location_order(keys.n, keys.r, draws)
     keys = dataclasses.replace(keys, n=keys.n[order], y=keys.y[order], r=keys.r[order], c=keys.c[order],
                                mult=keys.mult[order])
     m1_sorted, m2_sorted = forked_ranges(some, keys.n_keys, procs)
@@ -448,36 +445,65 @@ def _grid_key_moments(draws: np.ndarray, y: np.ndarray, n: np.ndarray, guessing:
     return KeyMoments(mean=m1, sd=np.sqrt(np.maximum(m2 - m1**2, 0.0)), item_key=keys.item_key)
 
 
-def _accumulate_grid_moments(keys: fast.ItemKeys, draws: np.ndarray, grid: np.ndarray, step: int, m1: np.ndarray,
-                             m2: np.ndarray, prior: Population, bounds: tuple[int, int] | None = None) -> None:
-    """Add each key's first and second moment of b under every draw's conditional (trapezoid weights on grid);
-    ``bounds``: only keys lo..hi - 1, whose moments go to m1[0..hi - lo - 1], m2 (default: every key).
+def location_order(n: np.ndarray, r: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """Keys (K, J) trials ``n`` / (K,) totals ``r`` in order of a rough location: their panel's mean ability less
+    the logit of their share correct, so that each chunk of :func:`grid_chunks` shares a short stretch of the grid."""
+    trials = np.maximum(n.sum(1), 1.0)
+    return np.argsort((n @ draws.mean(0)) / trials - np.log((r + 0.5) / (trials - r + 0.5)), kind="stable")
 
-    Each chunk of keys is integrated on the part of the grid where its conditionals can hold mass under some
-    draw (:func:`_chunk_window`), not the whole grid: with many trials per key, a few logits of the grid's ~30."""
-    lo, hi = bounds or (0, keys.n_keys)
-    log_prior = prior.log_density_unnormalised(grid)
-    per_draw = []
-    for theta in draws:
-        X = theta[:, None] - grid[None, :]  # (J, G)
-        per_draw.append((X, fast.softplus(X)))  # log(1 + e^X); log sigmoid = X - sp, log(1 - sigmoid) = -sp
+
+def grid_chunks(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarray, draws: np.ndarray, grid: np.ndarray,
+                log_prior: np.ndarray, step: int, bounds: tuple[int, int]
+                ) -> Iterator[tuple[slice, int, np.ndarray, np.ndarray]]:
+    """Keys lo..hi - 1 (``bounds``) of the counts n, y (K, J), r, c (K,), ``step`` at a time, on the part of
+    ``grid`` (G,) where their conditionals can hold mass under some draw (:func:`_chunk_window`), not the whole grid:
+    with many trials per key, a few logits of the grid's ~30. Yields, for each chunk and each ability draw s of
+    ``draws`` (S, J) in turn: the chunk's rows (a slice counted from lo), s, the window's nodes g (W,) and the
+    chunk's b-dependent log-likelihood plus ``log_prior`` (G,) on them, (Kc, W) nats (for the 1PL without its
+    b-free term y . theta_s)."""
+    lo, hi = bounds
+    # each draw's theta_j - b and softplus of it on the whole grid, kept for every chunk where they fit in
+    # DRAW_TERMS_BUDGET (else each chunk computes them on its window: ~J W softplus against its Kc J W products)
+    kept = 2 * draws.size * grid.size <= DRAW_TERMS_BUDGET
+    per_draw = [_draw_terms(theta, grid) for theta in draws] if kept else []
     centre = draws.mean(0)
     Xc = centre[:, None] - grid[None, :]
     moved = np.abs(draws - centre).T  # (J, S) how far each draw's abilities lie from the centre's
     for start in range(lo, hi, step):
         part = slice(start, min(hi, start + step))
-        out = slice(part.start - lo, part.stop - lo)
         # float counts: an integer operand would take numpy's slow non-BLAS matmul
-        n_k, y_k, r_k, c_k = (np.asarray(a[part], dtype=float) for a in (keys.n, keys.y, keys.r, keys.c))
+        n_k, y_k, r_k, c_k = (np.asarray(a[part], dtype=float) for a in (n, y, r, c))
         win = _chunk_window(n_k, y_k, r_k, c_k, Xc, grid, log_prior, moved)
         g, lp = grid[win], log_prior[win]
-        for X, sp in per_draw:
-            ell = fast.grid_log_likelihood(n_k, y_k, r_k, c_k, X[:, win], sp[:, win], g) + lp
-            ell -= ell.max(1, keepdims=True)
-            p = np.exp(ell)
-            p /= p.sum(1, keepdims=True)
-            m1[out] += p @ g
-            m2[out] += p @ g**2
+        rows = slice(part.start - lo, part.stop - lo)
+        for s, theta in enumerate(draws):
+            X, sp = (per_draw[s][0][:, win], per_draw[s][1][:, win]) if kept else _draw_terms(theta, g)
+            yield rows, s, g, fast.grid_log_likelihood(n_k, y_k, r_k, c_k, X, sp, g) + lp
+
+
+DRAW_TERMS_BUDGET = 50_000_000  # elements (400 MB) of the per-draw terms grid_chunks keeps (183 models x 1,000
+# draws x a 400-node grid would be 146 M: 1.2 GB in each process)
+
+
+def _draw_terms(theta: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """theta_j - b (J, G) on ``grid`` and its softplus log(1 + e^X) (log sigmoid = X - sp, log(1 - sigmoid) = -sp)."""
+    X = theta[:, None] - grid[None, :]
+    return X, fast.softplus(X)
+
+
+def _accumulate_grid_moments(keys: fast.ItemKeys, draws: np.ndarray, grid: np.ndarray, step: int, m1: np.ndarray,
+                             m2: np.ndarray, prior: Population, bounds: tuple[int, int] | None = None) -> None:
+    """Add each key's first and second moment of b under every draw's conditional (trapezoid weights on grid);
+    ``bounds``: only keys lo..hi - 1, whose moments go to m1[0..hi - lo - 1], m2 (default: every key)."""
+    powers: tuple[np.ndarray, np.ndarray] | None = None  # the window's (1, b, b^2) (W, 3), kept while it is the same
+    for out, _, g, ell in grid_chunks(keys.n, keys.y, keys.r, keys.c, draws, grid,
+                                      prior.log_density_unnormalised(grid), step, bounds or (0, keys.n_keys)):
+        if powers is None or powers[0] is not g:
+            powers = (g, np.stack([np.ones_like(g), g, g * g], axis=1))
+        ell -= ell.max(1, keepdims=True)
+        sums = np.exp(ell, out=ell) @ powers[1]  # (Kc, 3): mass, first and second moment, one pass over p
+        m1[out] += sums[:, 1] / sums[:, 0]
+        m2[out] += sums[:, 2] / sums[:, 0]
 
 
 def _chunk_window(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarray, Xc: np.ndarray, grid: np.ndarray,
