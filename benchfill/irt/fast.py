@@ -1533,7 +1533,7 @@ class _ChainJob:
     marginal: Marginal
     names: list[str]
     proposal: Proposal | None  # None: NUTS
-    chains: int = 1  # chains of the whole fit: chain g's first proposals are the check draws g, g + chains, ...
+    chains: int  # chains of the whole fit: chain g's first proposals are the check draws g, g + chains, ...
 
     def run(self, settings: SamplerSettings, first_chain: int, b_out: np.ndarray) -> ChainResult:
         """Chains ``first_chain`` .. ``first_chain + settings.chains - 1`` of the fit: fill ``b_out`` (C, S, I)
