@@ -116,3 +116,26 @@ def test_exact_key_moments_with_each_draws_terms_made_per_chunk_are_the_same(mon
     assert made and len(made) > 30  # made per chunk and draw
     np.testing.assert_allclose(per_chunk.mean, kept.mean, rtol=0, atol=1e-12)
     np.testing.assert_allclose(per_chunk.sd, kept.sd, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("c_kind", ["plain", "guessing", "mixed"])
+def test_grid_log_likelihood_summed_once_per_distinct_trial_row_is_the_same(c_kind):
+    """Keys of a nearly complete design (3 distinct trial rows): the per-row sums picked by each key equal the
+    keys' own products, with and without guessing, and with two rates and plain keys mixed."""
+    rng = np.random.default_rng(7)
+    K, J = 300, 9
+    patterns = np.array([np.ones(J), np.r_[np.zeros(2), np.ones(J - 2)], np.r_[np.ones(J - 1), 2.0]])
+    n = patterns[rng.integers(0, 3, K)]
+    y = rng.binomial(n.astype(int), 0.5).astype(float)
+    c = {"plain": np.zeros(K), "guessing": np.full(K, 0.25),
+         "mixed": rng.choice([0.0, 0.1, 0.25], K)}[c_kind]
+    grid = np.linspace(-8, 8, 120)
+    theta = rng.normal(0, 1.5, J)
+    X = theta[:, None] - grid[None, :]
+    sp = fast.softplus(X)
+    rows = fast.few_trial_rows(n, 0.25 * K)
+    assert rows is not None and len(rows[0]) == 3
+    want = fast.grid_log_likelihood(n, y, y.sum(1), c, X, sp, grid)
+    got = fast.grid_log_likelihood(n, y, y.sum(1), c, X, sp, grid, rows)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+    assert fast.few_trial_rows(rng.integers(0, 3, (K, J)).astype(float), 0.25 * K) is None  # sparse: too many rows

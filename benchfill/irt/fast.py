@@ -273,11 +273,9 @@ def make_block(keys: ItemKeys, sel: np.ndarray, lo: float, h: float, n_nodes: in
     if cs.size != 1:
         raise AssertionError("a block holds one guessing rate")
     n_basis = n_code = None
-    # distinct rows counted first on one number per row (a sparse design's thousands of rows need no row sort)
-    if shared is None and J <= len(_ROW_TAG) and len(np.unique(n @ _ROW_TAG[:J])) <= N_BASIS_MAX_SHARE * J:
-        rows, inverse = np.unique(n, axis=0, return_inverse=True)
-        if len(rows) <= N_BASIS_MAX_SHARE * J:
-            n_basis, n_code = rows, np.eye(len(rows))[inverse.reshape(-1)]
+    few = few_trial_rows(n, N_BASIS_MAX_SHARE * J) if shared is None else None
+    if few is not None:
+        n_basis, n_code = few[0], np.eye(len(few[0]))[few[1]]
     if starts is None or width is None:
         idx, nodes = None, grid[None, :]
     else:
@@ -290,6 +288,17 @@ def make_block(keys: ItemKeys, sel: np.ndarray, lo: float, h: float, n_nodes: in
         wbar=np.zeros(J) if wbar is None else np.asarray(wbar, dtype=float), prior=prior,
         n_basis=n_basis, n_code=n_code,
     )
+
+
+def few_trial_rows(n: np.ndarray, max_rows: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """The distinct rows of the trials ``n`` (K, J) and each row's index among them, (U, J) and (K,), where there
+    are at most ``max_rows`` of them, else None. Counted first on one number per row (:data:`_ROW_TAG`), so a sparse
+    design's thousands of distinct rows need no row sort."""
+    J = n.shape[1]
+    if J > len(_ROW_TAG) or len(np.unique(n @ _ROW_TAG[:J])) > max_rows:
+        return None
+    rows, _, inverse, _ = unique_rows(n.astype(np.int64))  # trial counts are whole: the hashed grouping
+    return (rows.astype(n.dtype), inverse) if len(rows) <= max_rows else None
 
 
 def use_kernels(work: int, large_fit: bool = False) -> bool:
@@ -482,29 +491,35 @@ def lattice_terms(thetas: np.ndarray, blk: Block) -> tuple[np.ndarray, np.ndarra
 
 
 def grid_log_likelihood(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarray, X: np.ndarray, sp: np.ndarray,
-                        grid: np.ndarray) -> np.ndarray:
+                        grid: np.ndarray, rows: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """(K, G) b-dependent log-likelihood of K keys on one b-grid at one ability vector, nats.
 
     Args:
         n, y: (K, J) float trials and correct counts; r: (K,) total correct; c: (K,) guessing rates.
         X: (J, G) theta_j - grid; sp: softplus(X) (shared by every chunk of keys, so computed by the caller).
         grid: (G,) b nodes, logits. (Several ability vectors at once: X (J, S G) and grid tiled S times.)
+        rows: the distinct rows of n and each key's (:func:`few_trial_rows`), if the caller has them: each term
+            n . t is then summed once per distinct row (a (U, J) product and a gather for the (K, J) one).
     """
+    def n_dot(term: np.ndarray, sel: np.ndarray | slice = slice(None)) -> np.ndarray:
+        return n[sel] @ term if rows is None else (rows[0] @ term)[rows[1][sel]]
+
     plain = c <= 0
     if plain.all():
-        return -(n @ sp) - r[:, None] * grid[None, :]  # 1PL: log sigmoid = X - sp, log(1 - sigmoid) = -sp
+        return -n_dot(sp) - r[:, None] * grid[None, :]  # 1PL: log sigmoid = X - sp, log(1 - sigmoid) = -sp
     ell = np.empty((n.shape[0], grid.size))
     if plain.any():
-        ell[plain] = -(n[plain] @ sp) - r[plain, None] * grid[None, :]
-    for cv in np.unique(c[~plain]):  # with guessing: y log(c + (1 - c) s) + (n - y) log((1 - c)(1 - s))
-        log_right = np.logaddexp(np.log(cv), np.log1p(-cv) + X - sp)
+        ell[plain] = -n_dot(sp, plain) - r[plain, None] * grid[None, :]
+    # with guessing: y log(c + (1 - c) s) + (n - y) log((1 - c)(1 - s)) = y . (right - wrong) + n . wrong
+    for cv in np.unique(c[~plain]):
         log_wrong = np.log1p(-cv) - sp
+        gain = np.logaddexp(np.log(cv), np.log1p(-cv) + X - sp) - log_wrong
         if c.size and c[0] == cv and c[-1] == cv and np.all(c == cv):  # one rate for all: no row copies
-            np.matmul(y, log_right, out=ell)
-            ell += (n - y) @ log_wrong
+            np.matmul(y, gain, out=ell)
+            ell += n_dot(log_wrong)
             continue
         gi = np.flatnonzero(c == cv)
-        ell[gi] = y[gi] @ log_right + (n[gi] - y[gi]) @ log_wrong
+        ell[gi] = y[gi] @ gain + n_dot(log_wrong, gi)
     return ell
 
 

@@ -466,6 +466,9 @@ def grid_chunks(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarray, draw
     # DRAW_TERMS_BUDGET (else each chunk computes them on its window: ~J W softplus against its Kc J W products)
     kept = 2 * draws.size * grid.size <= DRAW_TERMS_BUDGET
     per_draw = [_draw_terms(theta, grid) for theta in draws] if kept else []
+    # the keys share few trial rows where the design is complete or nearly (not a sparse one): each chunk then
+    # sums n . t once per distinct row
+    few = fast.few_trial_rows(np.asarray(n[lo:hi], dtype=float), FEW_ROWS_SHARE * min(step, hi - lo))
     centre = draws.mean(0)
     Xc = centre[:, None] - grid[None, :]
     moved = np.abs(draws - centre).T  # (J, S) how far each draw's abilities lie from the centre's
@@ -476,9 +479,13 @@ def grid_chunks(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarray, draw
         win = _chunk_window(n_k, y_k, r_k, c_k, Xc, grid, log_prior, moved)
         g, lp = grid[win], log_prior[win]
         rows = slice(part.start - lo, part.stop - lo)
+        trial_rows = None if few is None else (few[0], few[1][rows])
         for s, theta in enumerate(draws):
             X, sp = (per_draw[s][0][:, win], per_draw[s][1][:, win]) if kept else _draw_terms(theta, g)
-            yield rows, s, g, fast.grid_log_likelihood(n_k, y_k, r_k, c_k, X, sp, g) + lp
+            yield rows, s, g, fast.grid_log_likelihood(n_k, y_k, r_k, c_k, X, sp, g, trial_rows) + lp
+
+
+FEW_ROWS_SHARE = 0.25  # distinct trial rows per key of a chunk up to which n . t is summed once per row
 
 
 DRAW_TERMS_BUDGET = 50_000_000  # elements (400 MB) of the per-draw terms grid_chunks keeps (183 models x 1,000
