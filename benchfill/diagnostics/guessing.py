@@ -116,7 +116,7 @@ def item_log_marginals(theta: np.ndarray, y: np.ndarray, n: np.ndarray, c: np.nd
     # fast.grid_log_likelihood leaves out the 1PL's b-free term y . theta (it is the whole log-likelihood with
     # guessing): across ability draws it differs, so it goes back in for the plain keys
     plain_y = np.where((cs <= 0)[:, None], ys, 0.0)
-    step = max(1, min(K, budget // max(1, 20 * G)))  # keys per chunk: its (keys, G) temporaries stay in cache
+    step = max(1, min(K, min(budget, placement.KEY_CHUNK_ELEMENTS) // G))  # keys per chunk, as the exact moments'
 
     def some(bounds: tuple[int, int]) -> tuple[np.ndarray]:
         part = np.empty((bounds[1] - bounds[0], S))

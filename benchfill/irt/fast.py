@@ -1240,6 +1240,8 @@ def _weighted_draws(model: MarginalModel, proposal: "Proposal", n: int, rng: np.
                     processes: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """n draws (n, J) from the proposal and their log importance weights log p(theta | y) - log q(theta) (n,);
     ``processes``: the draws' densities split over this many forked processes (the same values)."""
+    if n == 0:
+        return np.empty((0, len(proposal.loc))), np.empty(0)
     th = proposal.draw(n, rng)
     (logp,) = forked_ranges(lambda part: (model.logp_batch(th[part[0] : part[1]]),), n, processes)
     return th, logp - proposal.log_density(th)
@@ -1312,8 +1314,7 @@ def sample_theta_imh(model: MarginalModel, proposal: Proposal, chains: int, burn
     J = len(proposal.loc)
     steps = burn_in + draws
     m = 0 if first is None else min(len(first[1]), chains * steps)
-    th, lw = (np.empty((0, J)), np.empty(0)) if m == chains * steps else _weighted_draws(
-        model, proposal, chains * steps - m, rng)
+    th, lw = _weighted_draws(model, proposal, chains * steps - m, rng)
     if first is not None and m:
         th, lw = np.concatenate([first[0][:m], th]), np.concatenate([first[1][:m], lw])
     th, lw = th.reshape(chains, steps, J), lw.reshape(chains, steps)

@@ -452,6 +452,11 @@ def location_order(n: np.ndarray, r: np.ndarray, draws: np.ndarray) -> np.ndarra
     return np.argsort((n @ draws.mean(0)) / trials - np.log((r + 0.5) / (trials - r + 0.5)), kind="stable")
 
 
+FEW_ROWS_SHARE = 0.25  # distinct trial rows per key of a chunk up to which n . t is summed once per row
+DRAW_TERMS_BUDGET = 50_000_000  # elements (400 MB) of the per-draw terms grid_chunks keeps (183 models x 1,000
+# draws x a 400-node grid would be 146 M: 1.2 GB in each process)
+
+
 def grid_chunks(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarray, draws: np.ndarray, grid: np.ndarray,
                 log_prior: np.ndarray, step: int, bounds: tuple[int, int]
                 ) -> Iterator[tuple[slice, int, np.ndarray, np.ndarray]]:
@@ -469,27 +474,19 @@ def grid_chunks(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarray, draw
     # the keys share few trial rows where the design is complete or nearly (not a sparse one): each chunk then
     # sums n . t once per distinct row
     few = fast.few_trial_rows(np.asarray(n[lo:hi], dtype=float), FEW_ROWS_SHARE * min(step, hi - lo))
-    centre = draws.mean(0)
-    Xc = centre[:, None] - grid[None, :]
-    moved = np.abs(draws - centre).T  # (J, S) how far each draw's abilities lie from the centre's
+    centre = _draw_terms(draws.mean(0), grid)  # the draws' centre's theta_j - b and softplus, for the windows
+    moved = np.abs(draws - draws.mean(0)).T  # (J, S) how far each draw's abilities lie from the centre's
     for start in range(lo, hi, step):
         part = slice(start, min(hi, start + step))
         # float counts: an integer operand would take numpy's slow non-BLAS matmul
         n_k, y_k, r_k, c_k = (np.asarray(a[part], dtype=float) for a in (n, y, r, c))
-        win = _chunk_window(n_k, y_k, r_k, c_k, Xc, grid, log_prior, moved)
-        g, lp = grid[win], log_prior[win]
         rows = slice(part.start - lo, part.stop - lo)
         trial_rows = None if few is None else (few[0], few[1][rows])
+        win = _chunk_window(n_k, y_k, r_k, c_k, centre, grid, log_prior, moved, trial_rows)
+        g, lp = grid[win], log_prior[win]
         for s, theta in enumerate(draws):
             X, sp = (per_draw[s][0][:, win], per_draw[s][1][:, win]) if kept else _draw_terms(theta, g)
             yield rows, s, g, fast.grid_log_likelihood(n_k, y_k, r_k, c_k, X, sp, g, trial_rows) + lp
-
-
-FEW_ROWS_SHARE = 0.25  # distinct trial rows per key of a chunk up to which n . t is summed once per row
-
-
-DRAW_TERMS_BUDGET = 50_000_000  # elements (400 MB) of the per-draw terms grid_chunks keeps (183 models x 1,000
-# draws x a 400-node grid would be 146 M: 1.2 GB in each process)
 
 
 def _draw_terms(theta: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -513,17 +510,19 @@ def _accumulate_grid_moments(keys: fast.ItemKeys, draws: np.ndarray, grid: np.nd
         m2[out] += sums[:, 2] / sums[:, 0]
 
 
-def _chunk_window(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarray, Xc: np.ndarray, grid: np.ndarray,
-                  log_prior: np.ndarray, moved: np.ndarray) -> slice:
+def _chunk_window(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarray, centre: tuple[np.ndarray, np.ndarray],
+                  grid: np.ndarray, log_prior: np.ndarray, moved: np.ndarray,
+                  trial_rows: tuple[np.ndarray, np.ndarray] | None = None) -> slice:
     """The nodes of ``grid`` outside which every key of a chunk has log density below its peak by more than
     fast.LOG_CUT under every draw (so they carry < e^-36 of its mass and are left out), found at the draws' centre.
 
     Each log-likelihood term is 1-Lipschitz in theta_j per trial (log sigmoid, log(1 - sigmoid) and, with
     guessing, log(c + (1 - c) sigmoid)), so between the centre and draw s a key's log density changes by at most
     D_s = sum_j n_j |theta_sj - centre_j| at any b: a node more than LOG_CUT + 2 max_s D_s below the peak at the
-    centre is more than LOG_CUT below it at every draw. Args: the chunk's counts (K, J) / (K,), Xc (J, G) the
-    centre's theta_j - b, ``moved`` (J, S) |theta_sj - centre_j|."""
-    ell = fast.grid_log_likelihood(n, y, r, c, Xc, fast.softplus(Xc), grid) + log_prior  # (K, G)
+    centre is more than LOG_CUT below it at every draw. Args: the chunk's counts (K, J) / (K,), ``centre`` the
+    centre's theta_j - b (J, G) and its softplus, ``moved`` (J, S) |theta_sj - centre_j|, ``trial_rows`` as
+    :func:`benchfill.irt.fast.grid_log_likelihood`'s."""
+    ell = fast.grid_log_likelihood(n, y, r, c, *centre, grid, trial_rows) + log_prior  # (K, G)
     return _mass_window(ell, ell.max(1, keepdims=True), float((n @ moved).max(initial=0.0)))
 
 
