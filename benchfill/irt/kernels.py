@@ -94,7 +94,7 @@ def cell_logs(base, per_key, idx, nodes, r, delta, log_e0, jump):
 
 
 @njit(cache=True, nogil=True)
-def draws_from_cells(e0, jump, exp_jump, nodes, delta, h, key_ptr, key_pos, items, u, out, row0):
+def draws_from_cells(e0, jump, exp_jump, nodes, delta, h, key_ptr, key_pos, items, u, out, row0, stretched):
     """Inverse-CDF draws of b for every item of a block at each of the B ability vectors, as
     :func:`benchfill.irt.fast.cell_draws` does: cell masses h e0 (e^jump - 1) / jump, then each of a key's
     items inverts its own uniform inside its cell.
@@ -105,6 +105,7 @@ def draws_from_cells(e0, jump, exp_jump, nodes, delta, h, key_ptr, key_pos, item
         key_pos: positions into ``items`` (and the columns of ``u``).
         items: (N,) output column of each of the block's items.  u: (B, N) uniforms in [0, 1).
         out: (rows, I) draws; ability vector b writes row ``row0 + b``.
+        stretched: the lattice is uniform in u, not b (a cell then spans its two nodes' b).
     """
     B, Kb, C = e0.shape
     kn_many = nodes.shape[0] > 1
@@ -145,7 +146,8 @@ def draws_from_cells(e0, jump, exp_jump, nodes, delta, h, key_ptr, key_pos, item
                     t = rho
                 else:
                     t = np.log1p(max(dl * rho, -1.0 + 1e-16)) / dl
-                out[row0 + b, items[pos]] = nodes[kn, lo] + shift + h * min(max(t, 0.0), 1.0)
+                width = nodes[kn, lo + 1] - nodes[kn, lo] if stretched else h
+                out[row0 + b, items[pos]] = nodes[kn, lo] + shift + width * min(max(t, 0.0), 1.0)
 
 
 # ---------------------------------------------------------------------------- sums of softplus (Gibbs conditionals)

@@ -177,7 +177,8 @@ def key_posterior_moments(theta_draws: np.ndarray, n_correct: np.ndarray, n_tria
         if widen > 0.0:
             room = widen * (win.b - win.a)
             win = fast.KeyWindows(win.a - room, win.b + room, win.h, win.w, win.theta)
-        mean, sd, edge = _mixture_moments(keys, fast.build_blocks(keys, win, margins, prior), draws)
+        blocks = fast.build_blocks(keys, win, margins, prior, reach=float(np.abs(draws - center).max(initial=0.0)))
+        mean, sd, edge = _mixture_moments(keys, blocks, draws)
         if edge <= EDGE_OK:
             break
         widen = 2 * widen + 0.5  # some draw's conditional reached a window edge: widen every window and redo
