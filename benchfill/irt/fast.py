@@ -215,8 +215,9 @@ class Block:
         prior: the difficulty population g(b) (its log density is part of every key's log density).
         n_basis, n_code: when the rows of n are not all equal but few distinct ones (a complete design with a
             few unasked cells), those rows (U, J) and each key's one-hot row of them (Kb, U); else None.
-        log_jac: (L,) log of a stretched lattice's node weights relative to ``h`` (:mod:`benchfill.irt.lattice_map`:
-            ``grid`` is then phi(lo + h g), uniform in u, not in b), or None for a uniform lattice.
+        stretch: a stretched lattice's map (:mod:`benchfill.irt.lattice_map`): ``grid`` is then phi(u0 + h g),
+            uniform in u, not in b; None for a uniform lattice.  u0: the lattice's first node in u.
+        log_jac: (L,) the log of a stretched lattice's node weights relative to ``h``, log phi'(u), or None.
     """
 
     keys: np.ndarray
@@ -235,6 +236,8 @@ class Block:
     prior: Population
     n_basis: np.ndarray | None = None
     n_code: np.ndarray | None = None
+    stretch: LatticeMap | None = None
+    u0: float = 0.0
     log_jac: np.ndarray | None = None
 
     def log_prior(self, nodes: np.ndarray) -> np.ndarray:
@@ -305,7 +308,8 @@ def make_block(keys: ItemKeys, sel: np.ndarray, lo: float, h: float, n_nodes: in
         mult=keys.mult[sel], log_c=float(np.log(cs[0])) if cs[0] > 0 else None, n_shared=shared,
         anchor=np.zeros(J) if anchor is None else np.asarray(anchor, dtype=float),
         wbar=np.zeros(J) if wbar is None else np.asarray(wbar, dtype=float), prior=prior,
-        n_basis=n_basis, n_code=n_code, log_jac=lattice.log_jacobian(u),
+        n_basis=n_basis, n_code=n_code, stretch=None if lattice.identity else lattice, u0=float(lo),
+        log_jac=lattice.log_jacobian(u),
     )
 
 
@@ -1531,10 +1535,13 @@ def draw_difficulties(keys: ItemKeys, blocks: list[Block], theta_flat: np.ndarra
             # the cell's left node: the key's window node plus the ability draw's lattice shift
             key = row % Kb if blk.nodes.shape[0] > 1 else 0  # (1, L) nodes: every key on the whole lattice
             cell = flat % (G - 1)
-            left = blk.nodes[key, cell] + np.repeat(shift, items.size)
-            # a stretched lattice's cell spans its two nodes' b (t's density is exponential in u there)
-            width = blk.h if blk.log_jac is None else blk.nodes[key, cell + 1] - blk.nodes[key, cell]
-            out[s0:s1, items] = (left + width * t).reshape(B, items.size)
+            shifts = np.repeat(shift, items.size)
+            if blk.stretch is None:
+                draw = blk.nodes[key, cell] + shifts + blk.h * t
+            else:  # t is the draw's place in its cell in u, where the lattice is uniform
+                node = cell if blk.idx is None else blk.idx[key, cell]
+                draw = blk.stretch.b(blk.u0 + blk.h * (node + t)) + shifts
+            out[s0:s1, items] = draw.reshape(B, items.size)
     return out, edge
 
 
@@ -1547,6 +1554,8 @@ def _draw_block_compiled(blk: Block, items: np.ndarray, local: np.ndarray, theta
     order = np.argsort(local, kind="stable")
     key_ptr = np.searchsorted(local[order], np.arange(len(blk.keys) + 1))
     idx = _window_index(blk)
+    m = blk.stretch  # its (t_lo, t_hi, k_lo, k_hi, w); zero stretches: uniform
+    stretch = np.array([0.0, 0.0, 0.0, 0.0, 1.0] if m is None else [m.t_lo, m.t_hi, m.k_lo, m.k_hi, m.w])
     edge = -np.inf
     cells = (len(blk.keys), blk.width - 1)
     for part in _kernel_batches(blk, theta_flat.shape[0], items.size + 3 * blk.size):
@@ -1557,7 +1566,7 @@ def _draw_block_compiled(blk: Block, items: np.ndarray, local: np.ndarray, theta
         e0 = np.exp(log_e0, out=log_e0)
         u = rng.random((B, items.size))
         kernels.draws_from_cells(e0, jump, np.exp(jump), blk.nodes, delta, blk.h, key_ptr, order, items, u, out,
-                                 part.start, blk.log_jac is not None)
+                                 part.start, idx, blk.u0, stretch)
     return edge
 
 

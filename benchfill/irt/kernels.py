@@ -94,7 +94,16 @@ def cell_logs(base, per_key, idx, nodes, r, delta, log_e0, jump):
 
 
 @njit(cache=True, nogil=True)
-def draws_from_cells(e0, jump, exp_jump, nodes, delta, h, key_ptr, key_pos, items, u, out, row0, stretched):
+def _stretch(u, stretch):
+    """phi(u) of :class:`benchfill.irt.lattice_map.LatticeMap` with ``stretch`` = (t_lo, t_hi, k_lo, k_hi, w)."""
+    t_lo, t_hi, k_lo, k_hi, w = stretch[0], stretch[1], stretch[2], stretch[3], stretch[4]
+    x, z = (u - t_hi) / w, (t_lo - u) / w
+    # softplus written as numpy's logaddexp(0, x) computes it
+    return u + k_hi * w * (max(x, 0.0) + np.log1p(np.exp(-abs(x)))) - k_lo * w * (max(z, 0.0) + np.log1p(np.exp(-abs(z))))
+
+
+@njit(cache=True, nogil=True)
+def draws_from_cells(e0, jump, exp_jump, nodes, delta, h, key_ptr, key_pos, items, u, out, row0, idx, u0, stretch):
     """Inverse-CDF draws of b for every item of a block at each of the B ability vectors, as
     :func:`benchfill.irt.fast.cell_draws` does: cell masses h e0 (e^jump - 1) / jump, then each of a key's
     items inverts its own uniform inside its cell.
@@ -105,10 +114,13 @@ def draws_from_cells(e0, jump, exp_jump, nodes, delta, h, key_ptr, key_pos, item
         key_pos: positions into ``items`` (and the columns of ``u``).
         items: (N,) output column of each of the block's items.  u: (B, N) uniforms in [0, 1).
         out: (rows, I) draws; ability vector b writes row ``row0 + b``.
-        stretched: the lattice is uniform in u, not b (a cell then spans its two nodes' b).
+        idx: (Kb, G) lattice index of each window node.  u0: the lattice's first node in u.
+        stretch: (t_lo, t_hi, k_lo, k_hi, w) of a stretched lattice (:class:`benchfill.irt.lattice_map.LatticeMap`;
+            both k zero: a uniform one), whose draws are placed in u and mapped to b.
     """
     B, Kb, C = e0.shape
     kn_many = nodes.shape[0] > 1
+    stretched = stretch[2] != 0.0 or stretch[3] != 0.0
     cdf = np.empty(C)
     for b in range(B):
         shift = delta[b]
@@ -146,8 +158,11 @@ def draws_from_cells(e0, jump, exp_jump, nodes, delta, h, key_ptr, key_pos, item
                     t = rho
                 else:
                     t = np.log1p(max(dl * rho, -1.0 + 1e-16)) / dl
-                width = nodes[kn, lo + 1] - nodes[kn, lo] if stretched else h
-                out[row0 + b, items[pos]] = nodes[kn, lo] + shift + width * min(max(t, 0.0), 1.0)
+                t = min(max(t, 0.0), 1.0)
+                if stretched:
+                    out[row0 + b, items[pos]] = _stretch(u0 + h * (idx[k, lo] + t), stretch) + shift
+                else:
+                    out[row0 + b, items[pos]] = nodes[kn, lo] + shift + h * t
 
 
 # ---------------------------------------------------------------------------- sums of softplus (Gibbs conditionals)
