@@ -30,7 +30,8 @@ from benchfill.irt.prior import Population
 
 PROFILE_STEP = 0.02  # logits between the points where the spacing rule is checked
 STRETCHES = (2.0, 4.0, 8.0, 16.0, 32.0)  # coarse-to-fine spacing ratios tried (1 + k)
-MIN_SAVING = 0.25  # a stretch is used only when it saves at least this share of the window nodes
+MIN_SAVING = 0.25  # a stretch is used only when it saves at least this share of the window nodes ...
+MIN_NODES = 50_000  # ... and only for keys with this many window nodes (fewer are cheap; choosing costs ~0.05 s)
 KNOT_SLACK = 0.01  # how much coarser than the fine spacing a lattice may be over the population's spline knots
 STRIP_NATS = 30.0  # the analytic-strip bound's error: e^-30 of the terms' deviation
 T_TOL = 0.05  # logits: the transitions' places are found to this
@@ -158,11 +159,13 @@ def choose_map(prior: Population, theta: np.ndarray, n_max: np.ndarray, amplitud
                a: np.ndarray, b: np.ndarray, h_factor: float) -> LatticeMap:
     """The stretch that leaves fewest window nodes for keys whose windows are [a, b] (K,) (with their room for
     the abilities' moves) at fine spacing ``h`` (the largest any of their lattices uses), or the identity where
-    none saves MIN_SAVING of them. Arguments as :func:`allowed_spacing`."""
+    none saves MIN_SAVING of them or they hold fewer than MIN_NODES. Arguments as :func:`allowed_spacing`."""
+    uniform = float(np.sum(b - a)) / h
+    if uniform < MIN_NODES:
+        return LatticeMap()
     span = (float(a.min()), float(b.max()))
     points, allowed = allowed_spacing(prior, theta, n_max, amplitude, reach, span, h_factor, h)
     w = max(0.5, 2.0 * h)
-    uniform = float(np.sum(b - a)) / h
     best, best_nodes = LatticeMap(), uniform
     far = 8.0 * w  # a transition this far beyond every window leaves them on the uniform lattice
     # each side's stretch starts beyond the stretch of b that needs the fine spacing (the measured region and the
