@@ -94,3 +94,31 @@ def test_difficulty_draws_on_a_stretched_lattice_match_the_exact_conditionals_in
         assert np.all(np.abs(got.mean(0) - mean) < 4.5 * sd / np.sqrt(S))
         # the sample SD's relative standard error is sqrt((kurtosis - 1) / 4 S)
         assert np.all(np.abs(got.std(0) / sd - 1) < 4.5 * np.sqrt((kurtosis - 1) / (4 * S)))
+
+
+def test_exact_key_moments_on_a_stretched_shared_grid_equal_the_uniform_grids():
+    """The null's and the exact b's per-key moments (placement's shared grid) on a stretched grid: the same to
+    1e-9 on a smooth population, on fewer nodes."""
+    from benchfill.irt import placement
+
+    rng = np.random.default_rng(4)
+    n_models, n_items, c = 29, 800, 0.1
+    theta = np.linspace(-3.5, 1.8, n_models)
+    draws = theta + 0.05 * rng.standard_normal((25, n_models))
+    b = rng.normal(0.4, 2.7, n_items)
+    n = np.ones((n_items, n_models), dtype=np.int64)
+    y = rng.binomial(n, c + (1 - c) * expit(theta[None, :] - b[:, None]))
+    keys = fast.reduce_items(y.T, n.T, np.full(n_items, c))
+    prior = SMOOTH
+    # the shared grid over the population's support, at MMLU-Pro's spacing (0.15 logits: h_factor 2.4 here)
+    grid = placement._shared_grid(draws, prior, float(n_models), 2.4, 2000)
+    stretched, log_prior = placement._stretched_grid(grid, keys, draws, prior, 2.4)
+    assert stretched.size < 0.75 * grid.size and stretched[0] == pytest.approx(grid[0])
+    moments = {}
+    for name, (g, lp) in {"uniform": (grid, prior.log_density_unnormalised(grid)),
+                          "stretched": (stretched, log_prior)}.items():
+        m1, m2 = np.zeros(keys.n_keys), np.zeros(keys.n_keys)
+        placement._accumulate_grid_moments(keys, draws, g, 200, m1, m2, lp)
+        moments[name] = (m1 / len(draws), m2 / len(draws))
+    np.testing.assert_allclose(moments["stretched"][0], moments["uniform"][0], atol=1e-9)
+    np.testing.assert_allclose(moments["stretched"][1], moments["uniform"][1], rtol=1e-9, atol=1e-9)

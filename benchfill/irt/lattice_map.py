@@ -156,12 +156,12 @@ def _transition(h: float, k: float, w: float, b: np.ndarray, allowed: np.ndarray
 
 
 def choose_map(prior: Population, theta: np.ndarray, n_max: np.ndarray, amplitude: np.ndarray, reach: float, h: float,
-               a: np.ndarray, b: np.ndarray, h_factor: float) -> LatticeMap:
+               a: np.ndarray, b: np.ndarray, h_factor: float, min_nodes: int = MIN_NODES) -> LatticeMap:
     """The stretch that leaves fewest window nodes for keys whose windows are [a, b] (K,) (with their room for
     the abilities' moves) at fine spacing ``h`` (the largest any of their lattices uses), or the identity where
-    none saves MIN_SAVING of them or they hold fewer than MIN_NODES. Arguments as :func:`allowed_spacing`."""
+    none saves MIN_SAVING of them or they hold fewer than ``min_nodes``. Arguments as :func:`allowed_spacing`."""
     uniform = float(np.sum(b - a)) / h
-    if uniform < MIN_NODES:
+    if uniform < min_nodes:
         return LatticeMap()
     span = (float(a.min()), float(b.max()))
     points, allowed = allowed_spacing(prior, theta, n_max, amplitude, reach, span, h_factor, h)

@@ -28,6 +28,7 @@ from benchfill.data import ResponseMatrix
 from benchfill.errors import InputError
 from benchfill.forking import available_cores, forked_ranges
 from benchfill.irt import fast
+from benchfill.irt.lattice_map import LatticeMap, choose_map
 from benchfill.irt.model import IRTFit, thin_draws
 from benchfill.irt.prior import Population
 from benchfill.irt.scale import Scale
@@ -311,9 +312,7 @@ class _KeyMemo:
 
     def on(self, draws: np.ndarray, prior: Population) -> dict[bytes, tuple[float, float]]:
         digest = hashlib.blake2b(np.ascontiguousarray(draws).tobytes(), digest_size=16)
-        digest.update(repr((draws.shape, prior.kind, prior.mu, prior.sigma, prior.knot_lo, prior.knot_step,
-                            prior.penalty, prior.tails)).encode())
-        digest.update(np.asarray(prior.coef, dtype=float).tobytes())
+        digest.update(repr((draws.shape, prior.key)).encode())
         tag = digest.digest()
         if tag != self.tag or len(self.moments) > MEMO_MAX_KEYS:
             self.tag, self.moments = tag, {}
@@ -425,13 +424,14 @@ def _grid_key_moments(draws: np.ndarray, y: np.ndarray, n: np.ndarray, guessing:
     grid = _shared_grid(draws, prior, float(keys.n.sum(1).max()), h_factor, max_nodes)
     if grid is None:  # many trials per item: narrow posteriors, cheaper in per-key windows
         return key_posterior_moments(draws, y, n, guessing, prior)
+    grid, log_prior = _stretched_grid(grid, keys, draws, prior, h_factor)
     G = grid.size
     step = max(1, KEY_CHUNK_ELEMENTS // G)  # keys per chunk: the (keys, G) temporaries stay in cache
 
     def some(bounds: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
         m1, m2 = np.zeros(bounds[1] - bounds[0]), np.zeros(bounds[1] - bounds[0])
         with threadpool_limits(1):  # small products: BLAS threads only contend (3-4x slower on 2 busy cores)
-            _accumulate_grid_moments(keys, draws, grid, step, m1, m2, prior, bounds)
+            _accumulate_grid_moments(keys, draws, grid, step, m1, m2, log_prior, bounds)
         return m1, m2
 
     # the keys split over forked processes when there is enough work (each process computes its own keys)
@@ -444,6 +444,47 @@ def _grid_key_moments(draws: np.ndarray, y: np.ndarray, n: np.ndarray, guessing:
     m1[order], m2[order] = m1_sorted, m2_sorted
     m1, m2 = m1 / len(draws), m2 / len(draws)
     return KeyMoments(mean=m1, sd=np.sqrt(np.maximum(m2 - m1**2, 0.0)), item_key=keys.item_key)
+
+
+def _stretched_grid(grid: np.ndarray, keys: fast.ItemKeys, draws: np.ndarray, prior: Population, h_factor: float
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The shared grid stretched where guessing keys' likelihoods flatten (:mod:`benchfill.irt.lattice_map`, as the
+    fit's lattices: on MMLU-Pro half of the null's window nodes lay above the strongest model + 4), and the log of
+    its trapezoid weights plus the population's log density there, (G',) each; the grid unchanged without guessing
+    or where no stretch saves nodes."""
+    log_prior = prior.log_density_unnormalised(grid)
+    guessing = keys.c > 0
+    if not guessing.any() or grid.size < 3:
+        return grid, log_prior
+    centre = draws.mean(0)
+    n_max = keys.n.max(0).astype(float)
+    amplitude = n_max + keys.y[guessing].max(0) / float(keys.c[guessing].min())
+    args = (tuple(centre), tuple(n_max), tuple(amplitude), float(np.abs(draws - centre).max()), float(grid[0]),
+            float(grid[-1]), grid.size, h_factor)
+    lattice = _GRID_MAPS.get((prior.key, args))
+    if lattice is None:  # a null asks for the same design's grid once per chunk of replicates (choosing: ~0.3 s)
+        if len(_GRID_MAPS) > 16:
+            _GRID_MAPS.clear()
+        lattice = _GRID_MAPS[(prior.key, args)] = _grid_map(prior, *args)
+    if lattice.identity:
+        return grid, log_prior
+    h = float(grid[1] - grid[0])
+    lo, hi = lattice.u(grid[[0, -1]])
+    u = lo + h * np.arange(int(np.ceil((hi - lo) / h)) + 1)
+    stretched = lattice.b(u)
+    return stretched, prior.log_density_unnormalised(stretched) + np.log(lattice.slope(u))
+
+
+_GRID_MAPS: dict[tuple, LatticeMap] = {}  # the maps :func:`_stretched_grid` chose, by population and design
+
+
+def _grid_map(prior: Population, centre: tuple, n_max: tuple, amplitude: tuple, reach: float, lo: float, hi: float,
+              size: int, h_factor: float) -> LatticeMap:
+    """:func:`_stretched_grid`'s map for a grid lo..hi of ``size`` nodes (arguments of
+    :func:`benchfill.irt.lattice_map.choose_map`, as hashable values)."""
+    h = (hi - lo) / (size - 1)
+    return choose_map(prior, np.array(centre), np.array(n_max), np.array(amplitude), reach, h, np.array([lo]),
+                      np.array([hi]), h_factor, min_nodes=0)
 
 
 def location_order(n: np.ndarray, r: np.ndarray, draws: np.ndarray) -> np.ndarray:
@@ -497,12 +538,13 @@ def _draw_terms(theta: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 def _accumulate_grid_moments(keys: fast.ItemKeys, draws: np.ndarray, grid: np.ndarray, step: int, m1: np.ndarray,
-                             m2: np.ndarray, prior: Population, bounds: tuple[int, int] | None = None) -> None:
-    """Add each key's first and second moment of b under every draw's conditional (trapezoid weights on grid);
-    ``bounds``: only keys lo..hi - 1, whose moments go to m1[0..hi - lo - 1], m2 (default: every key)."""
+                             m2: np.ndarray, log_prior: np.ndarray, bounds: tuple[int, int] | None = None) -> None:
+    """Add each key's first and second moment of b under every draw's conditional (trapezoid weights on grid,
+    whose log, with the population's log density, is ``log_prior`` (G,)); ``bounds``: only keys lo..hi - 1, whose
+    moments go to m1[0..hi - lo - 1], m2 (default: every key)."""
     powers: tuple[np.ndarray, np.ndarray] | None = None  # the window's (1, b, b^2) (W, 3), kept while it is the same
-    for out, _, g, ell in grid_chunks(keys.n, keys.y, keys.r, keys.c, draws, grid,
-                                      prior.log_density_unnormalised(grid), step, bounds or (0, keys.n_keys)):
+    for out, _, g, ell in grid_chunks(keys.n, keys.y, keys.r, keys.c, draws, grid, log_prior, step,
+                                      bounds or (0, keys.n_keys)):
         if powers is None or powers[0] is not g:
             powers = (g, np.stack([np.ones_like(g), g, g * g], axis=1))
         ell -= ell.max(1, keepdims=True)

@@ -157,10 +157,13 @@ class Population:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Population):
             return NotImplemented
-        return (self.kind, self.mu, self.sigma, self.knot_lo, self.knot_step, self.penalty, self.tails) == (
-            other.kind, other.mu, other.sigma, other.knot_lo, other.knot_step, other.penalty,
-            other.tails) and np.array_equal(
-            self.coef, other.coef)
+        return self.key == other.key
+
+    @property
+    def key(self) -> tuple:
+        """What tells populations apart, hashable (equal keys: the same density)."""
+        return (self.kind, self.mu, self.sigma, self.knot_lo, self.knot_step, self.penalty, self.tails,
+                self.coef.tobytes())
 
     __hash__ = None  # type: ignore[assignment]  # mutable-looking: holds an array
 
