@@ -29,7 +29,7 @@ Two reductions make it cheap:
   guessing item's likelihood flattens beyond the panel's abilities, so its window runs far into the population's
   tail), their lattices are stretched there: uniform in u with b = phi(u), the spacing growing smoothly to what
   the population and the likelihood's analytic strip allow (:mod:`benchfill.irt.lattice_map`; MMLU-Pro: 38 % fewer
-  window nodes, a quarter of the lattice nodes).
+  window nodes, a third of the lattice nodes).
 
 Sampling the abilities. Without guessing and with a log-concave g (the paper's N(0, 1), a learned normal) the joint
 posterior is log-concave, so the marginal of theta is too (Prekopa) and lighter-tailed than a Gaussian; with 12

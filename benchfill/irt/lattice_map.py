@@ -69,19 +69,20 @@ class LatticeMap:
         return None if self.identity else np.log(self.slope(u))
 
     def u(self, b: np.ndarray) -> np.ndarray:
-        """phi^-1(b): Newton's method from b, safeguarded by the bracket [b - |phi(b) - b|, b + |phi(b) - b|]
-        (phi' >= 1 puts the root there)."""
+        """phi^-1(b): Newton's method from the inverse of phi's asymptotes (a few steps), safeguarded by the bracket
+        [b - |phi(b) - b|, b + |phi(b) - b|] (phi' >= 1 puts the root there)."""
         b = np.asarray(b, dtype=float)
         if self.identity:
             return b
         gap = np.abs(self.b(b) - b)
         lo, hi = b - gap, b + gap
-        u = b.copy()
+        u = np.where(b > self.t_hi, self.t_hi + (b - self.t_hi) / (1.0 + self.k_hi),
+                     np.where(b < self.t_lo, self.t_lo - (self.t_lo - b) / (1.0 + self.k_lo), b))
         for _ in range(100):
             f = self.b(u) - b
             lo, hi = np.where(f < 0, u, lo), np.where(f > 0, u, hi)
             step = u - f / self.slope(u)
-            u_new = np.where((step > lo) & (step < hi), step, 0.5 * (lo + hi))
+            u_new = np.where((step >= lo) & (step <= hi), step, 0.5 * (lo + hi))
             if np.all(np.abs(u_new - u) <= 1e-13 * (1.0 + np.abs(u))):
                 return u_new
             u = u_new
