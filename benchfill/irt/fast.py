@@ -60,7 +60,7 @@ import numpy as np
 
 from benchfill.data import ResponseMatrix
 from benchfill.forking import available_cores, die_with_parent, forked_ranges, start_method
-from benchfill.irt.lattice_map import LatticeMap, choose_map
+from benchfill.irt.lattice_map import LatticeMap, choose_map, term_bounds
 from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings
 from benchfill.irt.prior import Population
 
@@ -1068,10 +1068,9 @@ def build_blocks(keys: ItemKeys, win: KeyWindows, margins: MarginFn, prior: Popu
         order = sel[np.argsort(win.h[sel])]
         bucket = np.floor(2 * np.log2(win.h[order]))  # half-octave buckets of spacing
         groups = [order[bucket == v] for v in np.unique(bucket)]
-        n_max = keys.n[sel].max(0).astype(float)
-        amplitude = n_max + (keys.y[sel].max(0) / cval if cval > 0 else 0.0)
         lattice = LatticeMap() if reach is None else choose_map(
-            prior, win.theta, n_max, amplitude, reach, float(win.h[sel].max()), win.a[sel], win.b[sel], H_FACTOR)
+            prior, win.theta, *term_bounds(keys.n[sel], keys.y[sel], keys.c[sel]), reach, float(win.h[sel].max()),
+            win.a[sel], win.b[sel], H_FACTOR)
 
         def shape(g: np.ndarray) -> dict:
             wbar = win.w[g].mean(0) if track else np.zeros(J)

@@ -89,6 +89,17 @@ class LatticeMap:
         return u
 
 
+def term_bounds(n: np.ndarray, y: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n_max, amplitude) (J,) of keys with trials ``n``, correct counts ``y`` (K, J) and guessing rates ``c`` (K,),
+    as :func:`allowed_spacing` takes them: the largest trials per model, plus, where some key guesses, the largest
+    correct counts over the smallest guessing rate (the success term log(c + (1 - c) s) strays up to 1/c further)."""
+    n_max = np.asarray(n, dtype=float).max(0)
+    guessing = np.asarray(c) > 0
+    if not guessing.any():
+        return n_max, n_max
+    return n_max, n_max + np.asarray(y, dtype=float)[guessing].max(0) / float(np.min(np.asarray(c)[guessing]))
+
+
 def allowed_spacing(prior: Population, theta: np.ndarray, n_max: np.ndarray, amplitude: np.ndarray, reach: float,
                     span: tuple[float, float], h_factor: float, fine: float) -> tuple[np.ndarray, np.ndarray]:
     """(b (P,), h(b) (P,)): the largest node spacing the local rule allows at points of ``span``, logits.

@@ -28,7 +28,7 @@ from benchfill.data import ResponseMatrix
 from benchfill.errors import InputError
 from benchfill.forking import available_cores, forked_ranges
 from benchfill.irt import fast
-from benchfill.irt.lattice_map import LatticeMap, choose_map
+from benchfill.irt.lattice_map import LatticeMap, choose_map, term_bounds
 from benchfill.irt.model import IRTFit, thin_draws
 from benchfill.irt.prior import Population
 from benchfill.irt.scale import Scale
@@ -453,22 +453,21 @@ def _stretched_grid(grid: np.ndarray, keys: fast.ItemKeys, draws: np.ndarray, pr
     its trapezoid weights plus the population's log density there, (G',) each; the grid unchanged without guessing
     or where no stretch saves nodes."""
     log_prior = prior.log_density_unnormalised(grid)
-    guessing = keys.c > 0
-    if not guessing.any() or grid.size < 3:
+    if not np.any(keys.c > 0) or grid.size < 3:
         return grid, log_prior
     centre = draws.mean(0)
-    n_max = keys.n.max(0).astype(float)
-    amplitude = n_max + keys.y[guessing].max(0) / float(keys.c[guessing].min())
-    args = (tuple(centre), tuple(n_max), tuple(amplitude), float(np.abs(draws - centre).max()), float(grid[0]),
-            float(grid[-1]), grid.size, h_factor)
-    lattice = _GRID_MAPS.get((prior.key, args))
-    if lattice is None:  # a null asks for the same design's grid once per chunk of replicates (choosing: ~0.3 s)
+    n_max, amplitude = term_bounds(keys.n, keys.y, keys.c)
+    reach, h = float(np.abs(draws - centre).max()), float(grid[1] - grid[0])
+    tag = (prior.key, centre.tobytes(), n_max.tobytes(), amplitude.tobytes(), reach, float(grid[0]), h, grid.size,
+           h_factor)
+    lattice = _GRID_MAPS.get(tag)
+    if lattice is None:  # a null asks for the same design's grid once per chunk of replicates (choosing: ~0.2 s)
         if len(_GRID_MAPS) > 16:
             _GRID_MAPS.clear()
-        lattice = _GRID_MAPS[(prior.key, args)] = _grid_map(prior, *args)
+        lattice = _GRID_MAPS[tag] = choose_map(prior, centre, n_max, amplitude, reach, h, grid[:1], grid[-1:],
+                                               h_factor, min_nodes=0)
     if lattice.identity:
         return grid, log_prior
-    h = float(grid[1] - grid[0])
     lo, hi = lattice.u(grid[[0, -1]])
     u = lo + h * np.arange(int(np.ceil((hi - lo) / h)) + 1)
     stretched = lattice.b(u)
@@ -476,15 +475,6 @@ def _stretched_grid(grid: np.ndarray, keys: fast.ItemKeys, draws: np.ndarray, pr
 
 
 _GRID_MAPS: dict[tuple, LatticeMap] = {}  # the maps :func:`_stretched_grid` chose, by population and design
-
-
-def _grid_map(prior: Population, centre: tuple, n_max: tuple, amplitude: tuple, reach: float, lo: float, hi: float,
-              size: int, h_factor: float) -> LatticeMap:
-    """:func:`_stretched_grid`'s map for a grid lo..hi of ``size`` nodes (arguments of
-    :func:`benchfill.irt.lattice_map.choose_map`, as hashable values)."""
-    h = (hi - lo) / (size - 1)
-    return choose_map(prior, np.array(centre), np.array(n_max), np.array(amplitude), reach, h, np.array([lo]),
-                      np.array([hi]), h_factor, min_nodes=0)
 
 
 def location_order(n: np.ndarray, r: np.ndarray, draws: np.ndarray) -> np.ndarray:
@@ -516,8 +506,9 @@ def grid_chunks(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarray, draw
     # the keys share few trial rows where the design is complete or nearly (not a sparse one): each chunk then
     # sums n . t once per distinct row
     few = fast.few_trial_rows(np.asarray(n[lo:hi], dtype=float), FEW_ROWS_SHARE * min(step, hi - lo))
-    centre = _draw_terms(draws.mean(0), grid)  # the draws' centre's theta_j - b and softplus, for the windows
-    moved = np.abs(draws - draws.mean(0)).T  # (J, S) how far each draw's abilities lie from the centre's
+    mean = draws.mean(0)
+    centre = _draw_terms(mean, grid)  # the draws' centre's theta_j - b and softplus, for the windows
+    moved = np.abs(draws - mean).T  # (J, S) how far each draw's abilities lie from the centre's
     for start in range(lo, hi, step):
         part = slice(start, min(hi, start + step))
         # float counts: an integer operand would take numpy's slow non-BLAS matmul
