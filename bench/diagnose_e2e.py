@@ -114,9 +114,13 @@ def main() -> None:
         "oc_c25": ("OpenCompass 12 x 41,871, c = 0.25", diag + [str(OC), "--guessing", "0.25",
                                                                "--json", str(tmp / "oc25/diagnosis.json")]),
     }
+    wanted = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = [c for c in wanted if c not in cases]
+    if unknown:
+        ap.error(f"--cases: unknown {', '.join(unknown)}; choose from {', '.join(cases)}")
     rows = []
     label = args.label or ("this checkout" if args.code is None else str(code))
-    for key in [c.strip() for c in args.cases.split(",") if c.strip()]:
+    for key in wanted:
         name, cmd = cases[key]
         best = None
         for _ in range(args.repeat):  # timed runs, then one more that watches memory

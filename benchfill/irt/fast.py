@@ -1079,8 +1079,8 @@ def build_blocks(keys: ItemKeys, win: KeyWindows, margins: MarginFn, prior: Popu
             hh = win.h[g].min()
             width = int(np.ceil((b - a).max() / hh)) + 2
             lo = a.min()
-            n_nodes = int(np.ceil((b.max() - lo) / hh)) + width
             starts = np.floor((a - lo) / hh).astype(np.int64)
+            n_nodes = int(starts.max()) + width  # the last window's end: every key's window fits
             return {"wbar": wbar, "h": hh, "lo": lo, "width": width, "n_nodes": n_nodes, "starts": starts,
                     "cost": _block_cost(len(g), width, n_nodes, J, BATCHED_BLOCK_OVERHEAD)}
 
