@@ -91,6 +91,26 @@ def envelope_reach(depth: float, tail: float = np.inf) -> float:
     return float(tail * np.sqrt((1.0 + depth / tail**2) ** 2 - 1.0))
 
 
+def interp_uniform(x: np.ndarray, xs: np.ndarray, fs: np.ndarray) -> np.ndarray:
+    """``np.interp(x, xs, fs, left=0.0, right=0.0)`` for points x (m,) and nodes ``xs`` (n >= 2,) spaced (nearly)
+    uniformly, bit for bit: each x's cell is computed from the spacing, then moved by one where rounding put it next to
+    its own, so the same cell and the same arithmetic as np.interp's give the same value. np.interp binary-searches a
+    table of ~7,000 nodes for every point (~70 ns a point: a fifth of a Gibbs sweep on a dense 192 x 32,000 design, in
+    the shift move's population densities); this costs ~15 ns."""
+    x = np.asarray(x, dtype=float)
+    n = xs.size
+    cell = np.floor((x - xs[0]) * (1.0 / (xs[1] - xs[0])))
+    j = np.clip(np.nan_to_num(cell, nan=0.0), 0, n - 2).astype(np.intp)
+    j -= (x < xs[j]) & (j > 0)
+    j += (x >= xs[j + 1]) & (j < n - 2)
+    x0, f0 = xs[j], fs[j]
+    out = (fs[j + 1] - f0) / (xs[j + 1] - x0) * (x - x0) + f0
+    out[x == xs[-1]] = fs[-1]
+    out[(x < xs[0]) | (x > xs[-1])] = 0.0
+    out[np.isnan(x)] = np.nan
+    return out
+
+
 def cubic_bspline_basis(x: np.ndarray, lo: float, step: float, m: int) -> np.ndarray:
     """(len(x), m) values of the uniform cubic B-splines B_k, k = 0..m-1, B_k supported on
     [lo + k step, lo + (k + 4) step] (zero elsewhere)."""
@@ -206,7 +226,7 @@ class Population:
         b = np.asarray(b, dtype=float)
         if not self.has_spline:
             return np.zeros_like(b)
-        return np.interp(b.reshape(-1), self._xs, self._table, left=0.0, right=0.0).reshape(b.shape)
+        return interp_uniform(b.reshape(-1), self._xs, self._table).reshape(b.shape)
 
     def log_density(self, b: np.ndarray) -> np.ndarray:
         """log g(b), normalised, any shape; nats."""
