@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from benchfill.diagnostics import null as N
+from benchfill.diagnostics.guessing import item_log_marginals
 from benchfill.irt import placement as P
 
 
@@ -88,6 +89,58 @@ def test_the_key_memo_returns_what_a_fresh_integration_does():
     assert np.array_equal(part.item_mean, again.item_mean[::7])
     other = P.grid_key_moments(draws + 0.5, y, n)  # other draws: not the memo's values
     assert np.mean(np.abs(other.mean - every.mean)) > 0.2
+
+
+def test_distinct_rows_are_integrated_as_grid_key_moments_integrates_them():
+    """:func:`placement.distinct_key_moments` (the null's rows: distinct already, no reduction, no memo) gives
+    each row the moments :func:`placement.grid_key_moments` gives it, with guessing (each row its own answer
+    pattern) and without (only the total counts: a plain row is any count row with its total), and leaves the
+    memo untouched."""
+    rng = np.random.default_rng(8)
+    J, K = 29, 400
+    draws = rng.normal(0.0, 1.2, J) + rng.normal(0.0, 0.1, (25, J))
+    n = np.ones((K, J), dtype=np.int64)
+    n[: K // 4, : J // 3] = 0  # some rows with unasked cells
+    y = (rng.random((K, J)) < 0.6).astype(np.int64) * n
+    y[: K // 4, 0] = 1  # a count where nothing was asked: carries no information
+    y, keep = np.unique(y, axis=0, return_index=True)
+    n = n[keep]
+    prior = P.Population.normal(0.4, 2.0)
+    P._KEY_MEMO.moments.clear()
+    for c in (np.full(len(y), 0.1), None):
+        got = P.distinct_key_moments(draws, y, n, c, prior=prior)
+        assert not P._KEY_MEMO.moments
+        want = P.grid_key_moments(draws, y, n, c, prior=prior)
+        assert got.item_key.tolist() == list(range(len(y)))
+        assert np.allclose(got.mean, want.mean[want.item_key], rtol=0, atol=1e-11)
+        assert np.allclose(got.sd, want.sd[want.item_key], rtol=0, atol=1e-11)
+        P._KEY_MEMO.moments.clear()
+    plain = P.distinct_key_moments(draws, y, n, None, prior=prior).mean
+    same_total = P.distinct_key_moments(draws, N.spread_totals(np.where(n > 0, y, 0).sum(1), n), n, None,
+                                        prior=prior).mean
+    assert np.array_equal(plain, same_total)
+
+
+@pytest.mark.parametrize("guessing", [0.0, 0.2])
+def test_chunks_shifted_by_the_centres_peak_give_the_moments_of_each_draws_peak(monkeypatch, guessing):
+    """:func:`placement.grid_chunks` shifts each key's density by its peak at the draws' centre (no maximum per
+    draw) where the draws lie close enough; the moments equal those shifted by each draw's own peak (forced by
+    a zero reach), with guessing and without."""
+    rng = np.random.default_rng(9)
+    J, K = 12, 300
+    draws = rng.normal(0.0, 1.0, J) + rng.normal(0.0, 0.3, (40, J))
+    n = np.full((K, J), 4, dtype=np.int64)
+    y = rng.binomial(4, 0.5, (K, J))
+    c = np.full(K, guessing) if guessing else None
+    prior = P.Population.normal(0.0, 1.5)
+    cs = np.full(K, guessing)
+    shifted = P.distinct_key_moments(draws, y, n, c, prior=prior)
+    shifted_marginals = item_log_marginals(draws, y, n, cs, prior)  # the shift goes back into each log marginal
+    monkeypatch.setattr(P, "MAX_SHIFT_REACH", -1.0)
+    per_draw = P.distinct_key_moments(draws, y, n, c, prior=prior)
+    assert np.allclose(shifted.mean, per_draw.mean, rtol=0, atol=1e-12)
+    assert np.allclose(shifted.sd, per_draw.sd, rtol=0, atol=1e-12)
+    assert np.allclose(shifted_marginals, item_log_marginals(draws, y, n, cs, prior), rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("J, spread", [(40, 0.05), (300, 3.0)])

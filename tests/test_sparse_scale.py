@@ -89,8 +89,9 @@ def test_exact_key_moments_on_chunk_windows_equal_the_whole_grids(monkeypatch):
     real = placement._chunk_window
 
     def whole(*args):
-        widths.append(real(*args))
-        return slice(None)
+        window, peak, reach = real(*args)
+        widths.append(window)
+        return slice(None), peak, reach
 
     monkeypatch.setattr(placement, "_chunk_window", whole)
     full = placement._grid_key_moments(draws, y.T, n.T, None, prior, 1.2, 400)

@@ -121,9 +121,8 @@ def item_log_marginals(theta: np.ndarray, y: np.ndarray, n: np.ndarray, c: np.nd
     def some(bounds: tuple[int, int]) -> tuple[np.ndarray]:
         part = np.empty((bounds[1] - bounds[0], S))
         with threadpool_limits(1):  # small products: BLAS threads only contend
-            for rows, s, _, ell in placement.grid_chunks(ns, ys, rs, cs, theta, b, log_w, step, bounds):
-                peak = ell.max(axis=1)
-                part[rows, s] = peak + np.log(np.exp(ell - peak[:, None]).sum(axis=1))
+            for rows, s, _, ell, shift in placement.grid_chunks(ns, ys, rs, cs, theta, b, log_w, step, bounds):
+                part[rows, s] = shift[:, 0] + np.log(np.exp(ell, out=ell).sum(axis=1))
                 part[rows, s] += plain_y[bounds[0] + rows.start : bounds[0] + rows.stop] @ theta[s]
         return (part,)
 

@@ -29,7 +29,7 @@ from benchfill.diagnostics import metrics as M
 from benchfill.irt.checks import PPC_KERNEL_MIN_WORK, Replicator, replicate_blocks, use_ppc_kernel
 from benchfill.irt.fast import spread_totals, unique_rows
 from benchfill.irt.model import thin_draws
-from benchfill.irt.placement import EXACT_DRAWS, grid_key_moments, total_moments
+from benchfill.irt.placement import EXACT_DRAWS, distinct_key_moments, grid_key_moments, total_moments
 from benchfill.irt.prior import Population
 
 METRICS = ("ddm", "max_gap", "top5_sum")
@@ -350,7 +350,9 @@ def _integrate(new: dict[object, np.ndarray], cache: dict[object, float], draws:
     total = body[:, 0]
     spread = spread_totals(total, n_rows)
     y_rows = spread if body.shape[1] == 1 else np.where((c_rows <= 0)[:, None], spread, body)
-    moments = grid_key_moments(draws, y_rows, n_rows, c_rows if np.any(c_rows > 0) else None, prior=prior)
+    # the rows are distinct and new (the cache holds the rest): integrated as they are
+    moments = distinct_key_moments(draws, y_rows, n_rows, c_rows if np.any(c_rows > 0) else None,
+                                   prior=prior or Population.paper())
     for t, m in zip(new, moments.item_mean):
         cache[t] = float(m)
 

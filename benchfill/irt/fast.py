@@ -206,7 +206,8 @@ class Block:
     Attributes:
         keys: (Kb,) key indices (into :class:`ItemKeys`).
         grid: (L,) lattice nodes at theta = anchor, logits, spacing ``h``.
-        idx: (Kb, G) lattice index of each key's window nodes, or None when every key uses the whole lattice.
+        idx: (Kb, G) lattice index of each key's window nodes, a run starts_k + 0..G-1 (the compiled kernels read
+            it from its first index), or None when every key uses the whole lattice.
         nodes: (Kb, G) or (1, L) the b value of each window node at theta = anchor.
         n, y: (Kb, J) trials and correct counts; ``n_shared`` (J,) when all rows of n are equal.
         r, mult: (Kb,) total correct and number of items.

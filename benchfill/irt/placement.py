@@ -289,17 +289,40 @@ def grid_key_moments(theta_draws: np.ndarray, n_correct: np.ndarray, n_trials: n
         rows = np.asarray(missing)
         n_rows = keys.n[rows]
         y_rows = np.where((keys.c[rows] > 0)[:, None], keys.y[rows], fast.spread_totals(keys.r[rows], n_rows))
-        c_rows = keys.c[rows] if np.any(keys.c[rows] > 0) else None
-        # the rows are distinct keys already: integrated as they are, not reduced a second time (that costs
-        # more than the integrals for a sparse leaderboard's null, ~10^5 keys of ~200 counts each)
-        distinct = fast.ItemKeys(n=keys.n[rows], y=keys.y[rows], r=keys.r[rows], c=keys.c[rows],
-                                 mult=np.ones(len(rows)), item_key=np.arange(len(rows)), theta_lin=keys.theta_lin)
-        fresh = _grid_key_moments(draws, y_rows.astype(np.int64), n_rows.astype(np.int64), c_rows, prior,
-                                  h_factor, max_nodes, distinct)
+        fresh = distinct_key_moments(draws, y_rows, n_rows, keys.c[rows], prior=prior, h_factor=h_factor,
+                                     max_nodes=max_nodes)
         for k, mean, sd in zip(missing, fresh.item_mean.tolist(), fresh.item_sd.tolist()):
             memo[tags[k]] = (mean, sd)
     mean, sd = np.array([memo[tag] for tag in tags], dtype=float).reshape(-1, 2).T
     return KeyMoments(mean=mean, sd=sd, item_key=keys.item_key)
+
+
+def distinct_key_moments(theta_draws: np.ndarray, n_correct: np.ndarray, n_trials: np.ndarray,
+                         guessing: np.ndarray | None = None, *, prior: Population, h_factor: float = 1.2,
+                         max_nodes: int = 400) -> KeyMoments:
+    """:func:`grid_key_moments` for rows that are distinct keys already: integrated as they are, neither reduced a
+    second time nor looked up in (or added to) the memo. The null's replicates ask ~10^6 keys once each (MMLU-Pro with
+    guessing: every item its own answer pattern), and a sparse leaderboard's null ~10^5 keys of ~200 counts each:
+    reducing and hashing them cost a sixth of the integrals.
+
+    Args:
+        theta_draws: (S, J) ability draws, logits.
+        n_correct, n_trials: (K, J) one row per key (a key without guessing: any count row with its total).
+        guessing: (K,) fixed guessing rate per key, or None.
+        prior: the difficulty population.
+    Returns:
+        :class:`KeyMoments` with one entry per row (``item_key`` = 0..K - 1), logits.
+    """
+    n = np.asarray(n_trials, dtype=np.int64)
+    y = np.where(n > 0, np.asarray(n_correct, dtype=np.int64), 0)  # cells without trials carry no information
+    c = np.zeros(len(n)) if guessing is None else np.asarray(guessing, dtype=float).reshape(-1)
+    guessed = c > 0
+    # the layout of :func:`benchfill.irt.fast.reduce_items`: a key without guessing keeps only its total
+    keys = fast.ItemKeys(n=n.astype(float), y=np.where(guessed[:, None], y, 0).astype(float),
+                         r=y.sum(1).astype(float), c=c, mult=np.ones(len(n)), item_key=np.arange(len(n)),
+                         theta_lin=y.sum(0).astype(float))
+    return _grid_key_moments(np.asarray(theta_draws, dtype=float), y, n, c if guessed.any() else None, prior,
+                             h_factor, max_nodes, keys)
 
 
 class _KeyMemo:
@@ -491,13 +514,15 @@ DRAW_TERMS_BUDGET = 50_000_000  # elements (400 MB) of the per-draw terms grid_c
 
 def grid_chunks(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarray, draws: np.ndarray, grid: np.ndarray,
                 log_prior: np.ndarray, step: int, bounds: tuple[int, int]
-                ) -> Iterator[tuple[slice, int, np.ndarray, np.ndarray]]:
+                ) -> Iterator[tuple[slice, int, np.ndarray, np.ndarray, np.ndarray]]:
     """Keys lo..hi - 1 (``bounds``) of the counts n, y (K, J), r, c (K,), ``step`` at a time, on the part of
     ``grid`` (G,) where their conditionals can hold mass under some draw (:func:`_chunk_window`), not the whole grid:
     with many trials per key, a few logits of the grid's ~30. Yields, for each chunk and each ability draw s of
-    ``draws`` (S, J) in turn: the chunk's rows (a slice counted from lo), s, the window's nodes g (W,) and the
-    chunk's b-dependent log-likelihood plus ``log_prior`` (G,) on them, (Kc, W) nats (for the 1PL without its
-    b-free term y . theta_s)."""
+    ``draws`` (S, J) in turn: the chunk's rows (a slice counted from lo), s, the window's nodes g (W,), the
+    chunk's b-dependent log-likelihood plus ``log_prior`` (G,) on them less each key's ``shift``, (Kc, W) nats (for
+    the 1PL without its b-free term y . theta_s), and that shift (Kc, 1): the key's peak at the draws' centre, within
+    MAX_SHIFT_REACH nats of its peak under draw s (so the exponentials neither overflow nor lose the peak, with no
+    maximum per draw), or its peak under draw s where the draws lie further apart."""
     lo, hi = bounds
     # each draw's theta_j - b and softplus of it on the whole grid, kept for every chunk where they fit in
     # DRAW_TERMS_BUDGET (else each chunk computes them on its window: ~J W softplus against its Kc J W products)
@@ -515,11 +540,16 @@ def grid_chunks(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarray, draw
         n_k, y_k, r_k, c_k = (np.asarray(a[part], dtype=float) for a in (n, y, r, c))
         rows = slice(part.start - lo, part.stop - lo)
         trial_rows = None if few is None else (few[0], few[1][rows])
-        win = _chunk_window(n_k, y_k, r_k, c_k, centre, grid, log_prior, moved, trial_rows)
+        win, peak, reach = _chunk_window(n_k, y_k, r_k, c_k, centre, grid, log_prior, moved, trial_rows)
         g, lp = grid[win], log_prior[win]
+        bounded = reach <= MAX_SHIFT_REACH
         for s, theta in enumerate(draws):
             X, sp = (per_draw[s][0][:, win], per_draw[s][1][:, win]) if kept else _draw_terms(theta, g)
-            yield rows, s, g, fast.grid_log_likelihood(n_k, y_k, r_k, c_k, X, sp, g, trial_rows) + lp
+            ell = fast.grid_log_likelihood(n_k, y_k, r_k, c_k, X, sp, g, trial_rows)
+            ell += lp
+            shift = peak if bounded else ell.max(1, keepdims=True)
+            ell -= shift
+            yield rows, s, g, ell, shift
 
 
 def _draw_terms(theta: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -534,11 +564,10 @@ def _accumulate_grid_moments(keys: fast.ItemKeys, draws: np.ndarray, grid: np.nd
     whose log, with the population's log density, is ``log_prior`` (G,)); ``bounds``: only keys lo..hi - 1, whose
     moments go to m1[0..hi - lo - 1], m2 (default: every key)."""
     powers: tuple[np.ndarray, np.ndarray] | None = None  # the window's (1, b, b^2) (W, 3), kept while it is the same
-    for out, _, g, ell in grid_chunks(keys.n, keys.y, keys.r, keys.c, draws, grid, log_prior, step,
-                                      bounds or (0, keys.n_keys)):
+    for out, _, g, ell, _ in grid_chunks(keys.n, keys.y, keys.r, keys.c, draws, grid, log_prior, step,
+                                         bounds or (0, keys.n_keys)):
         if powers is None or powers[0] is not g:
             powers = (g, np.stack([np.ones_like(g), g, g * g], axis=1))
-        ell -= ell.max(1, keepdims=True)
         sums = np.exp(ell, out=ell) @ powers[1]  # (Kc, 3): mass, first and second moment, one pass over p
         m1[out] += sums[:, 1] / sums[:, 0]
         m2[out] += sums[:, 2] / sums[:, 0]
@@ -546,7 +575,7 @@ def _accumulate_grid_moments(keys: fast.ItemKeys, draws: np.ndarray, grid: np.nd
 
 def _chunk_window(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarray, centre: tuple[np.ndarray, np.ndarray],
                   grid: np.ndarray, log_prior: np.ndarray, moved: np.ndarray,
-                  trial_rows: tuple[np.ndarray, np.ndarray] | None = None) -> slice:
+                  trial_rows: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[slice, np.ndarray, float]:
     """The nodes of ``grid`` outside which every key of a chunk has log density below its peak by more than
     fast.LOG_CUT under every draw (so they carry < e^-36 of its mass and are left out), found at the draws' centre.
 
@@ -555,9 +584,13 @@ def _chunk_window(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarray, ce
     D_s = sum_j n_j |theta_sj - centre_j| at any b: a node more than LOG_CUT + 2 max_s D_s below the peak at the
     centre is more than LOG_CUT below it at every draw. Args: the chunk's counts (K, J) / (K,), ``centre`` the
     centre's theta_j - b (J, G) and its softplus, ``moved`` (J, S) |theta_sj - centre_j|, ``trial_rows`` as
-    :func:`benchfill.irt.fast.grid_log_likelihood`'s."""
+    :func:`benchfill.irt.fast.grid_log_likelihood`'s.
+
+    Returns the window, each key's peak at the centre (K, 1) and max_s D_s, nats (the b-free 1PL term y . theta
+    left out, the b-dependent part -n . softplus(theta - b) - r b is n-Lipschitz in theta as well)."""
     ell = fast.grid_log_likelihood(n, y, r, c, *centre, grid, trial_rows) + log_prior  # (K, G)
-    return _mass_window(ell, ell.max(1, keepdims=True), float((n @ moved).max(initial=0.0)))
+    peak, reach = ell.max(1, keepdims=True), float((n @ moved).max(initial=0.0))
+    return _mass_window(ell, peak, reach), peak, reach
 
 
 def _mass_window(ell: np.ndarray, peak: np.ndarray, reach: float | np.ndarray) -> slice:
