@@ -549,6 +549,35 @@ def test_blocks_with_few_distinct_trial_rows_sum_them_once(monkeypatch):
 
 
 
+@pytest.mark.parametrize("unasked", [0, 200])
+def test_binary_answers_with_guessing_read_subset_sums_in_the_kernels(monkeypatch, unasked):
+    """Blocks of binary answers with guessing (many answer patterns: MMLU-Pro's shape) give the compiled kernels
+    each key's term as the sum of its rows of the subset-sum tables (and of its trial row, where the block has a
+    few): the same log densities and, from the same uniforms, the same difficulty draws as the per-key product,
+    whose numpy path is the reference."""
+    from dataclasses import replace
+
+    n = np.ones((J, 2400), dtype=int)
+    n[0, :unasked] = 0  # a few distinct trial rows in a block, or the same trials for every key
+    keys, mg, thetas, blocks = _marginal_and_draw_blocks(n, np.full(2400, 0.2), 13, 30)
+    every = blocks + list(mg.model.blocks)
+    coded = [blk for blk in every if blk.y_codes is not None]
+    assert coded and all((blk.n_basis is not None) == (unasked > 0) for blk in coded)
+    for blk in coded:
+        assert len(blk.keys) > fast.subset_rows(J) and blk.y_codes.shape[1] in (2, 3)
+        base, tables, codes, _ = fast.kernel_terms(thetas[:3], blk)
+        _, per_key, _ = fast.lattice_terms(thetas[:3], blk)
+        np.testing.assert_allclose(tables[codes].sum(1), per_key, rtol=1e-13, atol=1e-12)
+    monkeypatch.setenv("BENCHFILL_KERNELS", "1")
+    for blk in coded:
+        np.testing.assert_allclose(fast.block_logp_batch(thetas, blk),
+                                   fast.block_logp_batch(thetas, replace(blk, y_codes=None)), rtol=1e-13, atol=1e-9)
+    ours, _ = fast.draw_difficulties(keys, blocks, thetas, np.random.default_rng(5))
+    monkeypatch.setenv("BENCHFILL_KERNELS", "0")
+    reference, _ = fast.draw_difficulties(keys, blocks, thetas, np.random.default_rng(5))
+    np.testing.assert_allclose(ours, reference, rtol=0, atol=1e-9)
+
+
 @pytest.mark.parametrize("guessing", [0.0, 0.2])
 def test_information_and_curvature_taken_a_slice_of_models_at_a_time_are_the_whole(monkeypatch, guessing):
     """The keys' expected information (Kb, J) and likelihood curvature on the lattice, computed ELEMENT_BUDGET / L

@@ -219,6 +219,9 @@ class Block:
         stretch: a stretched lattice's map (:mod:`benchfill.irt.lattice_map`): ``grid`` is then phi(u0 + h g),
             uniform in u, not in b; None for a uniform lattice.  u0: the lattice's first node in u.
         log_jac: (L,) the log of a stretched lattice's node weights relative to ``h``, log phi'(u), or None.
+        y_codes: (Kb, Q) each key's rows in the tables of :func:`kernel_terms` (its trial row's, where the block has
+            a few, then its answers' subset sums: binary answers with guessing, where the keys outnumber the
+            tables' rows), or None.
     """
 
     keys: np.ndarray
@@ -240,6 +243,7 @@ class Block:
     stretch: LatticeMap | None = None
     u0: float = 0.0
     log_jac: np.ndarray | None = None
+    y_codes: np.ndarray | None = None
 
     def log_prior(self, nodes: np.ndarray) -> np.ndarray:
         """The population's log density (unnormalised) at the lattice's nodes ``nodes`` (..., L) (the lattice moved
@@ -299,19 +303,69 @@ def make_block(keys: ItemKeys, sel: np.ndarray, lo: float, h: float, n_nodes: in
     few = few_trial_rows(n, N_BASIS_MAX_SHARE * J) if shared is None else None
     if few is not None:
         n_basis, n_code = few[0], np.eye(len(few[0]))[few[1]]
+    y = keys.y[sel]
+    y_codes = None
+    n_rows = 0 if few is None else len(few[0])
+    if (cs[0] > 0 and (shared is not None or few is not None) and len(sel) > subset_rows(J) + n_rows
+            and np.all((y == 0) | (y == 1))):
+        # each key's rows: its trial row's term (where the block has a few), then its answers' subset sums
+        y_codes = subset_codes(y) + n_rows
+        if few is not None:
+            y_codes = np.concatenate([few[1][:, None], y_codes], axis=1)
     if starts is None or width is None:
         idx, nodes = None, grid[None, :]
     else:
         idx = starts[:, None] + np.arange(width)[None, :]
         nodes = grid[idx]
     return Block(
-        keys=np.asarray(sel), grid=grid, h=float(h), idx=idx, nodes=nodes, n=n, y=keys.y[sel], r=keys.r[sel],
+        keys=np.asarray(sel), grid=grid, h=float(h), idx=idx, nodes=nodes, n=n, y=y, r=keys.r[sel],
         mult=keys.mult[sel], log_c=float(np.log(cs[0])) if cs[0] > 0 else None, n_shared=shared,
         anchor=np.zeros(J) if anchor is None else np.asarray(anchor, dtype=float),
         wbar=np.zeros(J) if wbar is None else np.asarray(wbar, dtype=float), prior=prior,
         n_basis=n_basis, n_code=n_code, stretch=None if lattice.identity else lattice, u0=float(lo),
-        log_jac=lattice.log_jacobian(u),
+        log_jac=lattice.log_jacobian(u), y_codes=y_codes,
     )
+
+
+SUBSET_BITS = 6  # models per subset-sum table of :func:`kernel_terms` (2^6 rows each)
+
+
+def _subset_groups(J: int) -> list[range]:
+    """The models' groups of the subset-sum tables: runs of SUBSET_BITS consecutive models."""
+    return [range(s, min(J, s + SUBSET_BITS)) for s in range(0, J, SUBSET_BITS)]
+
+
+def subset_rows(J: int) -> int:
+    """Rows of the stacked subset-sum tables for J models: 2^(group size) per group."""
+    return sum(2 ** len(g) for g in _subset_groups(J))
+
+
+def subset_codes(y: np.ndarray) -> np.ndarray:
+    """(K, Q) row of each binary answer row ``y`` (K, J) in each group's table, offset into the stacked tables:
+    the group's bits, model i of the group as bit i."""
+    groups = _subset_groups(y.shape[1])
+    codes = np.empty((y.shape[0], len(groups)), dtype=np.int64)
+    offset = 0
+    for q, g in enumerate(groups):
+        bits = y[:, g.start : g.stop].astype(np.int64)
+        codes[:, q] = offset + bits @ (1 << np.arange(len(g), dtype=np.int64))
+        offset += 2 ** len(g)
+    return codes
+
+
+def subset_tables(terms: np.ndarray) -> np.ndarray:
+    """(R, B, L) every subset sum of each group's rows of ``terms`` (B, J, L), stacked group after group (row
+    ``offset + code`` = the sum of the group's terms whose bit is set in code), each built from the one with its
+    highest bit cleared: one addition per element."""
+    B, J, L = terms.shape
+    out = np.empty((subset_rows(J), B, L))
+    offset = 0
+    for g in _subset_groups(J):
+        out[offset] = 0.0
+        for i, j in enumerate(g):
+            np.add(out[offset : offset + 2**i], terms[None, :, j, :], out=out[offset + 2**i : offset + 2 ** (i + 1)])
+        offset += 2 ** len(g)
+    return out
 
 
 def few_trial_rows(n: np.ndarray, max_rows: float) -> tuple[np.ndarray, np.ndarray] | None:
@@ -475,12 +529,13 @@ def _gather_keys(mat: np.ndarray, blk: Block) -> np.ndarray:
     return np.take_along_axis(mat, np.broadcast_to(blk.idx, mat.shape[:1] + blk.idx.shape), axis=2)
 
 
-def lattice_terms(thetas: np.ndarray, blk: Block) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def lattice_terms(thetas: np.ndarray, blk: Block, tables: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The lattice-level terms of the keys' log densities, before each key takes its window (see
     :mod:`benchfill.irt.kernels` for the layout): base (B, L), per_key (Kb or 0, B, L), delta (B,).
 
     The key-specific term is one matrix product, [n | y] (Kb, 2J) @ [-softplus(X); softplus(log c - X)]
-    (2J, B L), instead of one per ability vector."""
+    (2J, B L), instead of one per ability vector. ``tables``: where the block has ``y_codes``, return the
+    subset-sum tables (R, B, L) of softplus(log c - X) in place of per_key (:func:`kernel_terms`)."""
     delta = blk.shift(thetas)  # (B,)
     B, L = len(thetas), len(blk.grid)
     grid = blk.grid[None, :] + delta[:, None]  # (B, L)
@@ -505,6 +560,10 @@ def lattice_terms(thetas: np.ndarray, blk: Block) -> tuple[np.ndarray, np.ndarra
         weights.append(blk.n)
         terms.append(-softplus(X))
     if blk.log_c is not None:
+        if tables and blk.y_codes is not None:
+            # the trial rows' terms (U, B, L), if the block has a few, then the answers' subset sums
+            parts = [t.transpose(1, 0, 2) for t in terms] + [subset_tables(softplus(blk.log_c - X))]
+            return base, np.concatenate(parts) if len(parts) > 1 else parts[0], delta
         weights.append(blk.y)
         terms.append(softplus(blk.log_c - X))
     if not weights:
@@ -512,6 +571,22 @@ def lattice_terms(thetas: np.ndarray, blk: Block) -> tuple[np.ndarray, np.ndarra
     Z = np.concatenate(terms, axis=1).transpose(1, 0, 2).reshape(-1, B * L)  # (J', B L)
     per_key = (np.concatenate(weights, axis=1) @ Z).reshape(len(blk.keys), B, L)
     return base, per_key, delta
+
+
+def kernel_terms(thetas: np.ndarray, blk: Block) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`lattice_terms` as the compiled kernels read them: base (B, L), tables (R, B, L), codes (Kb, Q),
+    delta (B,); key k's lattice term is the sum over q of tables[codes[k, q]] (:mod:`benchfill.irt.kernels`).
+
+    With guessing and binary answers (MMLU-Pro: 29 models, ~9,000 answer patterns), the term
+    y_k . softplus(log c - X) is read from subset-sum tables of SUBSET_BITS models each (R = 4 x 64 + 32 rows for
+    29 models), Q additions per window node instead of the (Kb, J) x (J, B L) product (the tables cost R x B x L
+    additions, the product Kb x J x B x L multiply-adds); a block with a few distinct trial rows adds the key's
+    row of them as one more table row. Elsewhere the tables are per_key itself, one row per key."""
+    base, terms, delta = lattice_terms(thetas, blk, tables=True)
+    if blk.y_codes is not None:
+        return base, terms, blk.y_codes, delta
+    codes = np.arange(len(blk.keys))[:, None] if terms.shape[0] else np.empty((len(blk.keys), 0), dtype=np.int64)
+    return base, terms, codes, delta
 
 
 def grid_log_likelihood(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarray, X: np.ndarray, sp: np.ndarray,
@@ -667,10 +742,10 @@ def block_logp_batch(thetas: np.ndarray, blk: Block) -> np.ndarray:
 
         idx = _window_index(blk)
         for part in _kernel_batches(blk, len(thetas)):
-            base, per_key, delta = lattice_terms(thetas[part], blk)
+            base, tables, codes, delta = kernel_terms(thetas[part], blk)
             ell = np.empty((len(delta),) + idx.shape)
             peak = np.empty((len(delta), idx.shape[0]))
-            kernels.window_shifted(base, per_key, idx, blk.nodes, blk.r, delta, ell, peak)
+            kernels.window_shifted(base, tables, codes, idx, blk.nodes, blk.r, delta, ell, peak)
             out[part] = (peak + np.log(np.exp(ell, out=ell).sum(-1))) @ blk.mult
         return out
     for part in blk.batches(len(thetas)):
@@ -1559,10 +1634,10 @@ def _draw_block_compiled(blk: Block, items: np.ndarray, local: np.ndarray, theta
     edge = -np.inf
     cells = (len(blk.keys), blk.width - 1)
     for part in _kernel_batches(blk, theta_flat.shape[0], items.size + 3 * blk.size):
-        base, per_key, delta = lattice_terms(theta_flat[part], blk)
+        base, tables, codes, delta = kernel_terms(theta_flat[part], blk)
         B = len(delta)
         log_e0, jump = np.empty((B,) + cells), np.empty((B,) + cells)
-        edge = max(edge, kernels.cell_logs(base, per_key, idx, blk.nodes, blk.r, delta, log_e0, jump))
+        edge = max(edge, kernels.cell_logs(base, tables, codes, idx, blk.nodes, blk.r, delta, log_e0, jump))
         e0 = np.exp(log_e0, out=log_e0)
         u = rng.random((B, items.size))
         kernels.draws_from_cells(e0, jump, np.exp(jump), blk.nodes, delta, blk.h, key_ptr, order, items, u, out,

@@ -11,7 +11,9 @@ stay the reference, and tests hold the two paths to agree), from the same unifor
 
 Layout of the inputs, for a block of Kb keys on a lattice of L nodes and B ability vectors:
     base: (B, L) log prior (plus the shared-trials term where all keys have the same trials), nats.
-    per_key: (Kk, B, L) the key-specific lattice term (Kk = Kb), or (0, B, L) when there is none.
+    tables, codes: (R, B, L) and (Kb, Q): key k's lattice term is the sum over q of tables[codes[k, q]] (the
+        per-key terms themselves, R = Kb and Q = 1; subset sums, :func:`benchfill.irt.fast.kernel_terms`; Q = 0:
+        none).
     idx: (Kb, G) lattice index of each window node.  nodes: (Kn, G) their b at the anchor (Kn = Kb or 1).
     r: (Kb,) total correct.  delta: (B,) the lattice shift per ability vector, logits.
 
@@ -26,12 +28,13 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _window_ell(base, per_key, idx, nodes, r, delta, b, k, buf):
+def _window_ell(base, tables, codes, idx, nodes, r, delta, b, k, buf):
     """Fill buf[:G] with key k's log density on its window at ability vector b; return the peak.
 
     A window is a run of consecutive lattice nodes (:func:`benchfill.irt.fast.make_block`: starts + 0..G-1), so it
     is read as the run from its first node's index: contiguous loads, which the loops below compile to SIMD (an
-    index gather per node did not, ~3 ns a node on MMLU-Pro's windows)."""
+    index gather per node did not, ~3 ns a node on MMLU-Pro's windows). The key's terms are added one run at a
+    time (one pass each measured faster than all of them in one pass, 8 runs with zeros for the missing)."""
     G = idx.shape[1]
     kn = k if nodes.shape[0] > 1 else 0
     first = idx[k, 0]
@@ -39,13 +42,12 @@ def _window_ell(base, per_key, idx, nodes, r, delta, b, k, buf):
     rk = r[k]
     base_run = base[b, first : first + G]
     node_run = nodes[kn]
-    if per_key.shape[0] > 0:
-        key_run = per_key[k, b, first : first + G]
+    for g in range(G):
+        buf[g] = base_run[g] - rk * (node_run[g] + d)
+    for q in range(codes.shape[1]):
+        row = tables[codes[k, q], b, first : first + G]
         for g in range(G):
-            buf[g] = (base_run[g] - rk * (node_run[g] + d)) + key_run[g]
-    else:
-        for g in range(G):
-            buf[g] = base_run[g] - rk * (node_run[g] + d)
+            buf[g] += row[g]
     peak = -np.inf
     for g in range(G):
         peak = max(peak, buf[g])
@@ -53,7 +55,7 @@ def _window_ell(base, per_key, idx, nodes, r, delta, b, k, buf):
 
 
 @njit(cache=True, nogil=True)
-def window_shifted(base, per_key, idx, nodes, r, delta, ell, peak):
+def window_shifted(base, tables, codes, idx, nodes, r, delta, ell, peak):
     """ell[b, k, :] = key k's log density on its window at ability vector b minus its peak; peak[b, k] = the peak.
 
     numba's scalar exp is ~8x slower than numpy's SIMD one, so the exponentials are left to the caller."""
@@ -62,14 +64,14 @@ def window_shifted(base, per_key, idx, nodes, r, delta, ell, peak):
     for b in range(B):
         for k in range(Kb):
             buf = ell[b, k]
-            pk = _window_ell(base, per_key, idx, nodes, r, delta, b, k, buf)
+            pk = _window_ell(base, tables, codes, idx, nodes, r, delta, b, k, buf)
             for g in range(G):
                 buf[g] -= pk
             peak[b, k] = pk
 
 
 @njit(cache=True, nogil=True)
-def cell_logs(base, per_key, idx, nodes, r, delta, log_e0, jump):
+def cell_logs(base, tables, codes, idx, nodes, r, delta, log_e0, jump):
     """The exponents of :func:`benchfill.irt.fast.cell_masses`, per (ability vector b, key k, cell c):
     log_e0 = shifted log density at the cell's left node - (mean second difference) / 12, and jump = the log
     density's (clipped) rise across the cell. Returns the largest end-node-to-peak ratio (the coverage check)."""
@@ -81,7 +83,7 @@ def cell_logs(base, per_key, idx, nodes, r, delta, log_e0, jump):
     edge = -np.inf
     for b in range(B):
         for k in range(Kb):
-            pk = _window_ell(base, per_key, idx, nodes, r, delta, b, k, buf)
+            pk = _window_ell(base, tables, codes, idx, nodes, r, delta, b, k, buf)
             end = max(buf[0], buf[G - 1]) - pk
             if end > edge:
                 edge = end
