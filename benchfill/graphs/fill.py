@@ -486,7 +486,7 @@ async def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, 
     gap) reaches ``fill_level``, when each model has answered the finalists ``confirm_max_rollouts`` times, or before
     a step that would take the gap past its call budget (search + confirmation; :func:`_call_budget`, logged in
     ``finalists.json`` and ``confirm.json``). ``finalize`` then
-    chooses among the re-placed children.
+    chooses among the re-placed finalists; ``confirm.json``'s ``child`` is that choice.
 
     Resumable: every answer goes through the call cache (rollout indices after the ones a child has), the finalists
     are written down before the first call, and which of them are still racing follows from their rollouts (the
@@ -559,7 +559,11 @@ async def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, 
         steps.append({"rollouts": target_level, "asked": len(plan), "racing": racing,
                       **{k: placed[racing[0]][k] for k in ("p_inside", "p_within", "d", "d_sd")},
                       "finalists": {cid: placed[cid] for cid in racing}})
-    leader = None if lead is None else lead.id
+    # the gap's choice, as finalize makes it (:func:`_chosen`): the best finalist on its placement after the race,
+    # which can be one dropped before the last step (the survivor's fresh answers can place it worse); confirm.json
+    # names that one, so the files and the trace agree on the choice
+    final = ranked(list(finalists)) if lead is not None else []
+    leader = final[0].id if final else None
     if steps:
         for cid in finalists:
             if level(cid) > first_level:  # its steps, from its rollouts (so a re-run of the node counts them too)
