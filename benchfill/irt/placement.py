@@ -269,7 +269,10 @@ def grid_key_moments(theta_draws: np.ndarray, n_correct: np.ndarray, n_trials: n
                      h_factor: float = 1.2, max_nodes: int = 400) -> KeyMoments:
     """:func:`key_posterior_moments` on one shared b-grid, as matrix products: for many keys with guessing
     (each a whole count column) it is far cheaper than per-key windows, and as exact (trapezoid sums of smooth
-    densities with spacing <= the smallest posterior SD / ``h_factor``: error ~ exp(-2 pi^2 h_factor^2)).
+    densities with spacing <= the smallest posterior SD / ``h_factor``: error ~ exp(-2 pi^2 h_factor^2)). A learned
+    spline population is only twice differentiable at its knots, so there the error falls as a power of the spacing
+    instead: measured on MMLU-Pro's (c = 0.1, the null's 50 replicates of 12,032 items' means), the plug-in DDM, max
+    gap and Top-5 moved by at most 1.1e-5 between h_factor 1.0 and 1.2 (and 7e-6 to 0.8).
 
     Shapes and units as :func:`key_posterior_moments`; ``prior``: the difficulty population (default: the paper's
     N(0, 1)).
