@@ -559,11 +559,11 @@ async def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, 
         steps.append({"rollouts": target_level, "asked": len(plan), "racing": racing,
                       **{k: placed[racing[0]][k] for k in ("p_inside", "p_within", "d", "d_sd")},
                       "finalists": {cid: placed[cid] for cid in racing}})
-    # the gap's choice, as finalize makes it (:func:`_chosen`): the best finalist on its placement after the race,
-    # which can be one dropped before the last step (the survivor's fresh answers can place it worse); confirm.json
-    # names that one, so the files and the trace agree on the choice
-    final = ranked(list(finalists)) if lead is not None else []
-    leader = final[0].id if final else None
+    # the gap's choice, as finalize makes it: the best finalist on its placement after the race, which can be one
+    # dropped before the last step (the survivor's fresh answers can place it worse); confirm.json names that one, so
+    # the files and the trace agree on the choice
+    best = _chosen(ctx, state) if lead is not None else None
+    leader = None if best is None else best.id
     if steps:
         for cid in finalists:
             if level(cid) > first_level:  # its steps, from its rollouts (so a re-run of the node counts them too)
@@ -576,7 +576,6 @@ async def confirm(state: FillState, runtime: Runtime[FillContext]) -> dict[str, 
                                                  "before": before.get(first, {}), "before_finalists": before,
                                                  "steps": steps, "counts": counts.get(leader, {}) if leader else {},
                                                  "counts_finalists": counts, "budget": asdict(budget)})
-    best = None if leader is None else ctx.bank.candidate(leader)  # its placement after the last step
     _emit(runtime, node="confirm", method=state.method, gap=state.gap_index, steps=len(steps),
           p_inside=None if best is None else best.p_inside)
     return {}
