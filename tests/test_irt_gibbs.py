@@ -107,6 +107,30 @@ def test_gibbs_is_deterministic_with_and_without_guessing():
         assert np.array_equal(a.theta, b.theta) and np.array_equal(a.b, b.b)
 
 
+def test_the_windows_read_information_only_where_a_key_has_mass(monkeypatch):
+    """key_windows takes each key's information (its mode's sensitivity to the abilities) and curvature on the nodes
+    that carry mass or lie in a window, not on all of its wide pilot lattice: on the Gibbs engine's transposed
+    conditional (models of thousands of trials: narrow posteriors) most nodes hold none, and the windows, the
+    sensitivities and the spacings are those of every node."""
+    resp, _, b = _binary(8, 3000, seed=6, missing=0.3)
+    models = fast.reduce_items(resp.n_correct.T, resp.n_trials.T)
+    prior, abilities = Population.paper(), -b  # the transposed problem: the items' difficulties are its abilities
+    lo, hi = fast.pilot_range(abilities, 14.0, prior)
+    used, real = [], fast.information_and_curvature
+    monkeypatch.setattr(fast, "information_and_curvature",
+                        lambda t, g, P, blk, curvature=True: used.append(len(g)) or real(t, g, P, blk, curvature))
+    got = fast.key_windows(models, abilities, lo, hi, prior)
+    for blk, n_used in zip(fast._full_blocks(models, lo, hi, prior), used, strict=True):
+        assert n_used < len(blk.grid) / 4
+        ell = fast.block_log_density(abilities[None, :], blk)[0][0]
+        P = np.exp(ell - ell.max(1, keepdims=True))
+        info, curv = real(abilities, blk.grid, P / P.sum(1, keepdims=True), blk)
+        assert np.allclose(got.w[blk.keys], info / (1.0 + info.sum(1, keepdims=True)), rtol=1e-12, atol=0)
+        win = (blk.grid >= got.a[blk.keys, None]) & (blk.grid <= got.b[blk.keys, None])
+        h = 1.0 / (fast.H_FACTOR * np.sqrt(prior.curvature + np.where(win, curv, 0.0).max(1)))
+        assert np.allclose(got.h[blk.keys], h, rtol=1e-12, atol=0)
+
+
 def test_the_fast_sampler_sends_leaderboards_to_gibbs_with_or_without_guessing():
     assert gibbs.use_gibbs(100) and not gibbs.use_gibbs(99)
     resp, _, _ = _binary(12, 50, seed=4, guessing=0.1)

@@ -143,12 +143,15 @@ def test_chunks_shifted_by_the_centres_peak_give_the_moments_of_each_draws_peak(
     assert np.allclose(shifted_marginals, item_log_marginals(draws, y, n, cs, prior), rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("kernels", ["0", "1"])
 @pytest.mark.parametrize("J, spread", [(40, 0.05), (300, 3.0)])
-def test_the_per_pattern_moments_are_the_per_key_ones(J, spread):
+def test_the_per_pattern_moments_are_the_per_key_ones(J, spread, kernels, monkeypatch):
     """:func:`placement.total_moments` (each pattern's softplus sums shared by all its totals; densities shifted by
     the centre's peak, or by each draw's when the draws spread too far for that) gives every key the moments of
     :func:`placement.grid_key_moments` on the spread-out key: sparse patterns, rollouts, an empty pattern, every
-    total from 0 to all correct."""
+    total from 0 to all correct; in numpy and, where the shift by the centre's peak holds, in the compiled kernels
+    (each key's own window, the weights along it by a running product)."""
+    monkeypatch.setenv("BENCHFILL_KERNELS", kernels)
     rng = np.random.default_rng(3)
     draws = rng.normal(0.0, 1.5, J) + rng.normal(0.0, spread, (30, J))
     patterns = (rng.random((30, J)) < 0.6).astype(np.int64)

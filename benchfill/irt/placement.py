@@ -398,13 +398,18 @@ def total_moments(theta_draws: np.ndarray, patterns: np.ndarray, pattern_of: np.
     log_prior = prior.log_density_unnormalised(grid)
     centre = draws.mean(0)
     reach = (trials @ np.abs(draws - centre).T).max(1, initial=0.0)  # (P,) see _chunk_window
+    G = grid.size
+    base_c = log_prior - trials @ fast.softplus(centre[:, None] - grid[None, :])  # (P, G) at the centre
+    bounded = float(reach.max(initial=0.0)) <= MAX_SHIFT_REACH
+    # the draws split over forked processes when there is enough work; each returns its sums over its draws
+    procs = available_cores() if E * G * len(draws) >= FORK_MIN_NODES else 1
+    if bounded and fast.use_kernels(E * G * len(draws)):
+        return _total_moments_compiled(draws, trials, pat, r, grid, log_prior, base_c, reach, procs)
     # keys in order of a rough location, so each chunk's conditionals share a short stretch of the grid
     n_tot = np.maximum(trials.sum(1), 1.0)[pat]
     rough = (trials @ centre)[pat] / n_tot - np.log((r + 0.5) / (n_tot - r + 0.5))
     order = np.argsort(rough, kind="stable")
-    G = grid.size
     step = max(1, KEY_CHUNK_ELEMENTS // G)
-    base_c = log_prior - trials @ fast.softplus(centre[:, None] - grid[None, :])  # (P, G) at the centre
     chunks = []
     for start in range(0, E, step):
         ks = order[start : start + step]
@@ -414,8 +419,6 @@ def total_moments(theta_draws: np.ndarray, patterns: np.ndarray, pattern_of: np.
         # each key's density is shifted by its peak at the centre: at any draw it lies within reach of it (so
         # the exponentials neither overflow nor lose the peak), and the shift cancels in the ratios
         chunks.append((ks, pat[ks], r[ks, None], peak, win.start, win.stop))
-
-    bounded = float(reach.max(initial=0.0)) <= MAX_SHIFT_REACH
 
     def some(bounds: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
         m1, m2 = np.zeros((1, E)), np.zeros((1, E))
@@ -434,11 +437,41 @@ def total_moments(theta_draws: np.ndarray, patterns: np.ndarray, pattern_of: np.
                     m2[0, ks] += (p @ (g * g)) / mass
         return m1, m2
 
-    # the draws split over forked processes when there is enough work; each returns its sums over its draws
-    procs = available_cores() if E * G * len(draws) >= FORK_MIN_NODES else 1
-    m1_parts, m2_parts = forked_ranges(some, len(draws), procs)
-    m1, m2 = m1_parts.sum(0) / len(draws), m2_parts.sum(0) / len(draws)
-    return KeyMoments(mean=m1, sd=np.sqrt(np.maximum(m2 - m1**2, 0.0)), item_key=np.arange(E))
+    return _summed_moments(forked_ranges(some, len(draws), procs), len(draws))
+
+
+def _summed_moments(parts: tuple[np.ndarray, np.ndarray], n_draws: int) -> KeyMoments:
+    """KeyMoments from the forked parts' sums (m1, m2) of per-draw moments over ``n_draws`` draws."""
+    m1, m2 = parts[0].sum(0) / n_draws, parts[1].sum(0) / n_draws
+    return KeyMoments(mean=m1, sd=np.sqrt(np.maximum(m2 - m1**2, 0.0)), item_key=np.arange(len(m1)))
+
+
+def _total_moments_compiled(draws: np.ndarray, trials: np.ndarray, pat: np.ndarray, r: np.ndarray,
+                            grid: np.ndarray, log_prior: np.ndarray, base_c: np.ndarray, reach: np.ndarray,
+                            procs: int) -> KeyMoments:
+    """:func:`total_moments` where its keys' densities stay within MAX_SHIFT_REACH of the centre's peak, in
+    :mod:`benchfill.irt.kernels`: each key's own window (not its chunk's), and one exponential per key and draw
+    (:func:`benchfill.irt.kernels.pattern_key_moments`). Measured on the null of a sparse 183 x 78,712 design
+    (6.7 M keys, 274 nodes, 25 draws): see the README's performance notes."""
+    from benchfill.irt import kernels
+
+    E = len(r)
+    peak, first, last = np.empty(E), np.empty(E, dtype=np.int64), np.empty(E, dtype=np.int64)
+    kernels.pattern_key_windows(base_c, pat, r, grid, fast.LOG_CUT + 2.0 * reach + 1.0, peak, first, last)
+
+    def some(bounds: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        m1, m2 = np.zeros((1, E)), np.zeros((1, E))
+        # (P, G) buffers reused by every draw: fresh ones cost their page faults each time (~4x the product)
+        base, ratio = np.empty((len(trials), len(grid))), np.empty((len(trials), len(grid) - 1))
+        with threadpool_limits(1):
+            for theta in draws[bounds[0] : bounds[1]]:
+                np.matmul(trials, fast.softplus(theta[:, None] - grid[None, :]), out=base)
+                np.subtract(log_prior, base, out=base)
+                np.exp(np.subtract(base[:, 1:], base[:, :-1], out=ratio), out=ratio)
+                kernels.pattern_key_moments(base, ratio, pat, r, peak, first, last, grid, m1[0], m2[0])
+        return m1, m2
+
+    return _summed_moments(forked_ranges(some, len(draws), procs), len(draws))
 
 
 def _grid_key_moments(draws: np.ndarray, y: np.ndarray, n: np.ndarray, guessing: np.ndarray | None,
