@@ -451,8 +451,8 @@ def _total_moments_compiled(draws: np.ndarray, trials: np.ndarray, pat: np.ndarr
                             procs: int) -> KeyMoments:
     """:func:`total_moments` where its keys' densities stay within MAX_SHIFT_REACH of the centre's peak, in
     :mod:`benchfill.irt.kernels`: each key's own window (not its chunk's), and one exponential per key and draw
-    (:func:`benchfill.irt.kernels.pattern_key_moments`). Measured on the null of a sparse 183 x 78,712 design
-    (6.7 M keys, 274 nodes, 25 draws): see the README's performance notes."""
+    (:func:`benchfill.irt.kernels.pattern_key_moments`). On the null of a sparse 183 x 78,712 design (6.7 M keys,
+    274 nodes, 25 draws) 39.9 -> 12.8 s in-process, against the chunked numpy loop, moments the same to 6e-13."""
     from benchfill.irt import kernels
 
     E = len(r)
