@@ -1,4 +1,5 @@
-"""Compiled (numba) inner loops of the fast sampler, for large fits only.
+"""Compiled (numba) inner loops of the fast sampler, for large fits only (and, at the end, of the design null's
+per-pattern moments, :func:`benchfill.irt.placement.total_moments`).
 
 The kernels read a key's log density on its window straight from the lattice terms, in one pass over each
 window instead of the ~10 array passes (gathers, differences, cumulative sums, searches) of the numpy path in
