@@ -437,13 +437,14 @@ def total_moments(theta_draws: np.ndarray, patterns: np.ndarray, pattern_of: np.
                     m2[0, ks] += (p @ (g * g)) / mass
         return m1, m2
 
-    return _summed_moments(forked_ranges(some, len(draws), procs), len(draws))
+    m1_parts, m2_parts = forked_ranges(some, len(draws), procs)
+    return _moments_from_sums(m1_parts.sum(0), m2_parts.sum(0), len(draws), np.arange(E))
 
 
-def _summed_moments(parts: tuple[np.ndarray, np.ndarray], n_draws: int) -> KeyMoments:
-    """KeyMoments from the forked parts' sums (m1, m2) of per-draw moments over ``n_draws`` draws."""
-    m1, m2 = parts[0].sum(0) / n_draws, parts[1].sum(0) / n_draws
-    return KeyMoments(mean=m1, sd=np.sqrt(np.maximum(m2 - m1**2, 0.0)), item_key=np.arange(len(m1)))
+def _moments_from_sums(m1_sum: np.ndarray, m2_sum: np.ndarray, n_draws: int, item_key: np.ndarray) -> KeyMoments:
+    """KeyMoments from each key's per-draw first and second moments summed over ``n_draws`` draws (K,)."""
+    m1, m2 = m1_sum / n_draws, m2_sum / n_draws
+    return KeyMoments(mean=m1, sd=np.sqrt(np.maximum(m2 - m1**2, 0.0)), item_key=item_key)
 
 
 def _total_moments_compiled(draws: np.ndarray, trials: np.ndarray, pat: np.ndarray, r: np.ndarray,
@@ -471,7 +472,8 @@ def _total_moments_compiled(draws: np.ndarray, trials: np.ndarray, pat: np.ndarr
                 kernels.pattern_key_moments(base, ratio, pat, r, peak, first, last, grid, m1[0], m2[0])
         return m1, m2
 
-    return _summed_moments(forked_ranges(some, len(draws), procs), len(draws))
+    m1_parts, m2_parts = forked_ranges(some, len(draws), procs)
+    return _moments_from_sums(m1_parts.sum(0), m2_parts.sum(0), len(draws), np.arange(E))
 
 
 def _grid_key_moments(draws: np.ndarray, y: np.ndarray, n: np.ndarray, guessing: np.ndarray | None,
@@ -501,8 +503,7 @@ def _grid_key_moments(draws: np.ndarray, y: np.ndarray, n: np.ndarray, guessing:
     m1_sorted, m2_sorted = forked_ranges(some, keys.n_keys, procs)
     m1, m2 = np.empty_like(m1_sorted), np.empty_like(m2_sorted)
     m1[order], m2[order] = m1_sorted, m2_sorted
-    m1, m2 = m1 / len(draws), m2 / len(draws)
-    return KeyMoments(mean=m1, sd=np.sqrt(np.maximum(m2 - m1**2, 0.0)), item_key=keys.item_key)
+    return _moments_from_sums(m1, m2, len(draws), keys.item_key)
 
 
 def _stretched_grid(grid: np.ndarray, keys: fast.ItemKeys, draws: np.ndarray, prior: Population, h_factor: float
