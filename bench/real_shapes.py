@@ -4,11 +4,14 @@ Each shape's truth is an independent joint 1PL MAP (numpy + scipy, weak priors, 
 full-rollout (~1,100 per cell) 12-model matrix in ../shared/data/real; benchmarks drawn from it at the paper's
 rollouts (MATH-500 8, HumanEval+ 4, AIME 32) are diagnosed with ``benchfill.api.diagnose`` and the 90 % intervals,
 posterior means, plug-ins and flags are compared with the truth. ``--thin`` instead diagnoses MATH-500's real data
-in full and thinned to 4 rollouts per cell (without replacement) and compares the two.
+in full and thinned to 4 rollouts per cell (without replacement) and compares the two; ``--thin-sim N`` does the
+same on N matrices drawn from MATH-500's truth (1PL, or ``--truth 2pl``: an independent 2PL MAP) at the real
+rollouts per cell, where the truth is known: the rates a posterior that is right about the data shows.
 
     python bench/real_shapes.py --shapes math500,humaneval,aime24 --replicates 10 --seed 0
     python bench/real_shapes.py --shapes humaneval --replicates 20 --prior paper   # a diagnose option
     python bench/real_shapes.py --thin --seeds 3
+    python bench/real_shapes.py --thin-sim 12 --seed 1
 """
 
 from __future__ import annotations
@@ -72,6 +75,23 @@ def print_thin(res: R.ThinResult) -> None:
     print(f"thinned diagnose {sum(r.wall_s for r in res.runs) / len(res.runs):.1f} s mean")
 
 
+def print_thin_sim(res: R.SimulatedThinResult) -> None:
+    """The thinning check on matrices drawn from a known truth: the rates a posterior right about the data has."""
+    print(f"\n== simulated {R.SHAPES[res.shape].label} ({res.truth_model.upper()} truth), {len(res.sims)} full "
+          f"matrices at the real rollouts per cell, each thinned to {res.rollouts}")
+    print(f"{'seed':>4} {'metric':<8} {'full mean':>9} {'full 90%':>16} {'thinned':>8} {'thinned 90%':>16}")
+    for sim in res.sims:
+        run = sim.runs[0]
+        for k in R.METRICS:
+            print(f"{run.seed:>4} {LABELS[k]:<8} {sim.full_mean[k]:>9.3f} [{sim.full_q05[k]:.3f}, {sim.full_q95[k]:.3f}] "
+                  f"{run.mean[k]:>8.3f} [{run.q05[k]:.3f}, {run.q95[k]:.3f}]")
+    for k in R.METRICS:
+        truth = res.covers_truth_rate(k)
+        print(f"  {LABELS[k]:<8} thinned mean inside the full 90 %: {res.inside_rate(k):.0%}; thinned 90 % covers the "
+              f"full mean: {res.covers_rate(k):.0%}" + ("" if truth is None else f", the truth: {truth:.0%}")
+              + f"; thinned minus full mean {res.shift(k):+.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default="math500,humaneval,aime24", help=f"comma separated: {', '.join(R.SHAPES)}")
@@ -84,6 +104,9 @@ def main() -> None:
     ap.add_argument("--chains", type=int, default=R.FAST_DIAGNOSE["chains"])
     ap.add_argument("--thin", action="store_true", help="the real-data thinning check (MATH-500) instead")
     ap.add_argument("--seeds", type=int, default=3, help="--thin: thinning seeds (seed, seed+1, ...)")
+    ap.add_argument("--thin-sim", type=int, default=0, metavar="N",
+                    help="the thinning check on N matrices drawn from MATH-500's truth at its real rollouts instead")
+    ap.add_argument("--truth", choices=R.TRUTH_MODELS, default="1pl", help="--thin-sim: the truth's model")
     ap.add_argument("--drop-degenerate", action="store_true",
                     help="--thin: leave out the items no model ever got right (or wrong) in the full data")
     ap.add_argument("--json", type=Path, default=None, help="also write the results as JSON lines here")
@@ -97,7 +120,11 @@ def main() -> None:
 
     print(f"benchfill from {Path(benchfill.__file__).parent}; diagnose options: {kwargs}")
     out = []
-    if args.thin:
+    if args.thin_sim:
+        sim = R.simulated_thin_check("math500", 4, args.thin_sim, args.seed, args.truth, kwargs)
+        print_thin_sim(sim)
+        out.append(sim.model_dump_json())
+    elif args.thin:
         res = R.thin_check("math500", 4, range(args.seed, args.seed + args.seeds), kwargs,
                            drop_degenerate=args.drop_degenerate)
         print_thin(res)

@@ -220,10 +220,28 @@ def test_real_data_thinned_to_4_rollouts_agrees_with_the_full_data(data_dir):
     lines = [f"{k}: full {res.full_mean[k]:.3f} [{res.full_q05[k]:.3f}, {res.full_q95[k]:.3f}], thinned means "
              + ", ".join(f"{r.mean[k]:.3f} [{r.q05[k]:.3f}, {r.q95[k]:.3f}]" for r in res.runs) for k in R.METRICS]
     assert all(res.covers_rate(k) > 0.5 for k in R.METRICS), "; ".join(lines)
-    # measured (seeds 0-2): the thinned max gap and Top-5 means land inside the full-data interval for some seeds;
-    # the thinned DDM mean (0.119-0.128) stays just below it ([0.129, 0.150]), though its interval covers the
-    # full-data mean: the issue's "lands inside" is not met for DDM, and stays open on it. The cause, measured by
-    # forcing each tail (README, "Real data thinned"): 8-11 items no model solves at 4 rollouts set the axis' hard
-    # end, the thinned data cannot choose between the normal and delta 2-4 tails (0.6-1.4 nats), and the thinned DDM
-    # moves with that choice (0.119 normal .. 0.137 at the full data's delta 2)
+    # measured (seeds 0-9): every thinned interval covers the full-data mean (10/10 on each metric); the thinned
+    # means land inside the full-data interval for max gap 7/10, Top-5 6/10, DDM 2/10 (0.119-0.130 against [0.129,
+    # 0.150]). Neither rate is one a right posterior reaches: where the truth is known
+    # (test_thinning_a_known_truth_keeps_its_intervals_and_its_ddm) max gap and Top-5 land inside 3/12 each, DDM
+    # 11/12; the real DDM's shortfall (-0.013) is the real answers', not reproduced by a 1PL or a 2PL truth
     assert all(res.inside_rate(k) > 0.0 for k in ("max_gap", "top5_sum")), "; ".join(lines)
+
+
+@pytest.mark.shared
+@pytest.mark.slow
+def test_thinning_a_known_truth_keeps_its_intervals_and_its_ddm(data_dir):
+    """The real-data thinning check where the truth is known: matrices drawn from MATH-500's 1PL truth at the real
+    matrix's rollouts per cell (~1,100), each diagnosed in full and thinned to 4. The thinned 90 % intervals contain
+    the full-data mean and the true metric, and the thinned DDM mean is not pulled off the full one. Measured on
+    sims 1-12 (``bench/real_shapes.py --thin-sim 12 --seed 1``): intervals 12/12 on each metric for both; thinned
+    minus full mean DDM +0.000, max gap +0.035, Top-5 +0.051 -- a max-type metric's posterior mean grows with the
+    difficulties' uncertainty, so "the thinned mean inside the full-data interval" holds for DDM 11/12 but max gap
+    3/12 and Top-5 3/12 even here. With the paper's N(0, 1) (measured, sims 1-4) the DDM shift is -0.030 and its
+    intervals contain neither the full mean nor the truth (0/4): the test fails."""
+    res = R.simulated_thin_check("math500", 4, sims=4, seed=1, diagnose_kwargs=diagnose_kwargs(), data_dir=data_dir)
+    lines = [f"{k}: covers full {res.covers_rate(k):.0%}, truth {res.covers_truth_rate(k):.0%}, shift "
+             f"{res.shift(k):+.3f}" for k in R.METRICS]
+    for k in R.METRICS:
+        assert res.covers_rate(k) >= 0.75 and (res.covers_truth_rate(k) or 0.0) >= 0.75, "; ".join(lines)
+    assert abs(res.shift("ddm")) < 0.01, "; ".join(lines)
