@@ -418,8 +418,8 @@ def _neg_log_posterior_2pl(x: np.ndarray, k: np.ndarray, n: np.ndarray, J: int, 
 def truth_2pl(shape: str, data_dir: Path | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(theta (J,), b (I',), a (I',)): an independent 2PL MAP of the items :func:`truth` keeps, started from its
     1PL MAP; theta centred to mean 0, b shifted alike. A truth outside the diagnosis' 1PL (measured on MATH-500:
-    slopes 0.35-2.42 from the 5th to the 95th percentile, 107,000 nats better than the 1PL for 498 more
-    parameters)."""
+    slopes 0.35-2.42 from the 5th to the 95th percentile; the log posterior 107,000 nats above its value at the 1PL
+    MAP, for 498 more parameters)."""
     t = truth(shape, data_dir)
     resp = load_shape(shape, data_dir).subset(items=list(t.item_ids))
     k, n = resp.n_correct.astype(float), resp.n_trials.astype(float)
@@ -427,6 +427,8 @@ def truth_2pl(shape: str, data_dir: Path | None = None) -> tuple[np.ndarray, np.
     with threadpool_limits(1):
         res = minimize(_neg_log_posterior_2pl, np.concatenate([t.theta, t.b, np.zeros(I)]), args=(k, n, J, I),
                        jac=True, method="L-BFGS-B", options={"maxiter": 20_000, "maxcor": 30, "gtol": 1e-6})
+    if not res.success:
+        raise RuntimeError(f"the 2PL MAP of {shape} did not converge: {res.message}")
     theta, b, a = res.x[:J], res.x[J:J + I], np.exp(res.x[J + I:])
     return theta - theta.mean(), b - theta.mean(), a
 
