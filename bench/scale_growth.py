@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from diagnose_e2e import CLI, REPO, run  # bench/ on sys.path, as the other scripts
+from diagnose_e2e import CLI, REPO, compile_bytecode, run  # bench/ on sys.path, as the other scripts
 
 MMLU = REPO.parent / "shared" / "data" / "real" / "mmlu_pro.csv.gz"
 
@@ -109,6 +109,8 @@ def main() -> None:
     print(f"truth: {truth[3]}; abilities N({truth[0]:.2f}, {truth[1]:.2f}^2); {args.observed:.0%} of cells observed",
           flush=True)
     checkouts = [("this", REPO)] + ([("other", args.code.resolve())] if args.code else [])
+    for _, code in checkouts:
+        compile_bytecode(code)
     tmp = Path(tempfile.mkdtemp(prefix="benchfill-growth-"))
     rows = []
     for I in Is:
