@@ -261,6 +261,22 @@ def _report_stop(exc: KeyboardInterrupt, resume_hint: str | None) -> NoReturn:
     raise typer.Exit(TERMINATED_EXIT if isinstance(exc, Terminated) else INTERRUPTED_EXIT) from None
 
 
+def _stop_without_teardown(exc: KeyboardInterrupt, resume_hint: str | None) -> NoReturn:
+    """:func:`_report_stop`, then the exit handlers (``atexit``: multiprocessing's, logging's), then the process ends
+    without the interpreter's teardown. An extension module whose initialisation the stop interrupted is left half
+    built, and tearing it down was seen to abort the process (SIGABRT, "Fatal Python error: PyThreadState_Get" while
+    finalizing: Ctrl-C during `designers run`'s import of pymc, in matplotlib's ft2font) instead of exiting 130."""
+    import atexit
+
+    try:
+        _report_stop(exc, resume_hint)
+    except typer.Exit as stop:
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(stop.exit_code)
+
+
 def friendly_errors(fn: F | None = None, *, resume_hint: str | None = None):
     """Bad input, or a package of a missing optional extra, -> one clear line on stderr and exit 2, never a
     traceback; Ctrl-C -> one line and exit 130 (with ``resume_hint`` only for commands that do resume)."""
@@ -295,6 +311,12 @@ def friendly_errors(fn: F | None = None, *, resume_hint: str | None = None):
                 if not isinstance(exc.__cause__, KeyboardInterrupt):
                     raise
                 _report_stop(exc.__cause__, resume_hint)
+            except ImportError as exc:
+                # a stop signal that lands while an extension module initialises: it fails with ImportError
+                # ("initialization failed", caused by the stop), half built
+                if not isinstance(exc.__cause__, KeyboardInterrupt):
+                    raise
+                _stop_without_teardown(exc.__cause__, resume_hint)
 
         return wrapper  # type: ignore[return-value]
 

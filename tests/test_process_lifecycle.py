@@ -489,6 +489,39 @@ def test_a_stop_that_lands_while_a_class_is_built_is_still_one_line_and_its_exit
     assert done.stderr.strip() == "terminated (SIGTERM)", done.stderr
 
 
+def test_a_stop_that_lands_while_an_extension_initialises_is_one_line_130_and_no_teardown():
+    """Ctrl-C while an extension module initialises (seen: `designers run` importing pymc, whose matplotlib's
+    ft2font was half built) reaches the command as ImportError("initialization failed") caused by the stop. The
+    command says "interrupted" in one line and exits 130 after the exit handlers, without the interpreter's teardown,
+    which aborted the process (SIGABRT) on the half-built module: here a module global's __del__ stands for that
+    teardown and must not run, an atexit handler must."""
+    script = (
+        "import atexit, os, signal, sys, typer\n"
+        "from benchfill.cli_support import friendly_errors, install_sigint_handler\n"
+        "install_sigint_handler()\n"
+        "atexit.register(lambda: print('exit handlers ran', flush=True))\n"
+        "class Teardown:\n"
+        "    def __del__(self):\n"
+        "        print('teardown ran', flush=True)\n"
+        "kept = Teardown()\n"
+        "@friendly_errors\n"
+        "def command():\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        for _ in range(10**6): pass\n"
+        "    except KeyboardInterrupt as exc:\n"
+        "        raise ImportError('initialization failed') from exc\n"
+        "try:\n"
+        "    command()\n"
+        "except typer.Exit as exc:\n"
+        "    sys.exit(exc.exit_code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, (done.returncode, done.stderr)
+    assert done.stderr.strip() == "interrupted", done.stderr
+    assert done.stdout.split() == ["exit", "handlers", "ran"], done.stdout
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_ends_the_event_loop_even_when_a_task_ignores_its_cancellation(signum):
     """After Ctrl-C / SIGTERM the loop's other tasks are cancelled and given STOP_GRACE_S to end, not forever: a
