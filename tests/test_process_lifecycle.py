@@ -463,14 +463,21 @@ def test_a_stop_caught_inside_code_built_from_a_string_keeps_the_commands_exit_c
     assert done.stdout.strip() == ("Terminated" if signum == signal.SIGTERM else "Interrupted")
 
 
+def run_command_script(body: str) -> subprocess.CompletedProcess:
+    """Run ``body`` (which defines ``command``, decorated with friendly_errors) in a fresh interpreter with the
+    command's stop handlers installed, calling ``command()`` as the CLI does: typer.Exit becomes the exit code."""
+    script = ("import atexit, os, signal, sys, typer\n"
+              "from benchfill.cli_support import friendly_errors, install_sigint_handler\n"
+              "install_sigint_handler()\n" + body
+              + "try:\n    command()\nexcept typer.Exit as exc:\n    sys.exit(exc.exit_code)\n")
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+
+
 def test_a_stop_that_lands_while_a_class_is_built_is_still_one_line_and_its_exit_code():
     """A SIGTERM that arrives while an import defines a dataclass (local-server importing httpx, which imports
     rich.progress) reaches the command wrapped: Python 3.11 re-raises it from ``__set_name__`` as a RuntimeError.
     The command still says "terminated (SIGTERM)" in one line and exits 143, no traceback."""
-    script = (
-        "import os, signal, sys, typer\n"
-        "from benchfill.cli_support import friendly_errors, install_sigint_handler\n"
-        "install_sigint_handler()\n"
+    done = run_command_script(
         "class Field:\n"
         "    def __set_name__(self, owner, name):\n"
         "        os.kill(os.getpid(), signal.SIGTERM)\n"
@@ -479,12 +486,7 @@ def test_a_stop_that_lands_while_a_class_is_built_is_still_one_line_and_its_exit
         "def command():\n"
         "    class Task:\n"
         "        fields = Field()\n"
-        "try:\n"
-        "    command()\n"
-        "except typer.Exit as exc:\n"
-        "    sys.exit(exc.exit_code)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 143, (done.returncode, done.stderr)
     assert done.stderr.strip() == "terminated (SIGTERM)", done.stderr
 
@@ -495,10 +497,7 @@ def test_a_stop_that_lands_while_an_extension_initialises_is_one_line_130_and_no
     command says "interrupted" in one line and exits 130 after the exit handlers, without the interpreter's teardown,
     which aborted the process (SIGABRT) on the half-built module: here a module global's __del__ stands for that
     teardown and must not run, an atexit handler must."""
-    script = (
-        "import atexit, os, signal, sys, typer\n"
-        "from benchfill.cli_support import friendly_errors, install_sigint_handler\n"
-        "install_sigint_handler()\n"
+    done = run_command_script(
         "atexit.register(lambda: print('exit handlers ran', flush=True))\n"
         "class Teardown:\n"
         "    def __del__(self):\n"
@@ -511,12 +510,7 @@ def test_a_stop_that_lands_while_an_extension_initialises_is_one_line_130_and_no
         "        for _ in range(10**6): pass\n"
         "    except KeyboardInterrupt as exc:\n"
         "        raise ImportError('initialization failed') from exc\n"
-        "try:\n"
-        "    command()\n"
-        "except typer.Exit as exc:\n"
-        "    sys.exit(exc.exit_code)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 130, (done.returncode, done.stderr)
     assert done.stderr.strip() == "interrupted", done.stderr
     assert done.stdout.split() == ["exit", "handlers", "ran"], done.stdout
