@@ -81,8 +81,7 @@ def compile_bytecode(code: Path) -> None:
     the environment sets PYTHONDONTWRITEBYTECODE (this project's machine does), Python reads a module's ``.pyc``
     but never writes one, so every module changed since its last ``.pyc`` (all of them in a fresh worktree) was
     compiled from source in every timed run (the 41 modules a diagnose imports: 0.086 s of compile(), timed
-    in-process, of the ~1.3 s sim 12 x 1,000 command), and unequally between
-    two checkouts."""
+    in-process, of the ~1.3 s sim 12 x 1,000 command), and unequally between two checkouts."""
     import compileall
 
     compileall.compile_dir(str(code / "benchfill"), quiet=1)

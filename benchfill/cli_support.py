@@ -253,28 +253,31 @@ def command_name(fn: Callable[..., object]) -> str:
     return f"benchfill {group}{name}"
 
 
-def _report_stop(exc: KeyboardInterrupt, resume_hint: str | None) -> NoReturn:
-    """Ctrl-C or SIGTERM: one line on stderr and the shell's exit code for that signal (130 / 143)."""
+def _announce_stop(exc: KeyboardInterrupt, resume_hint: str | None) -> int:
+    """Ctrl-C or SIGTERM: one line on stderr; returns the shell's exit code for that signal (130 / 143)."""
     stopped = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
     msg = stopped + (f": {resume_hint}" if resume_hint else "")
     err_console.print(msg, markup=False, highlight=False, soft_wrap=True)
-    raise typer.Exit(TERMINATED_EXIT if isinstance(exc, Terminated) else INTERRUPTED_EXIT) from None
+    return TERMINATED_EXIT if isinstance(exc, Terminated) else INTERRUPTED_EXIT
+
+
+def _report_stop(exc: KeyboardInterrupt, resume_hint: str | None) -> NoReturn:
+    """:func:`_announce_stop`, then exit with its code."""
+    raise typer.Exit(_announce_stop(exc, resume_hint)) from None
 
 
 def _stop_without_teardown(exc: KeyboardInterrupt, resume_hint: str | None) -> NoReturn:
-    """:func:`_report_stop`, then the exit handlers (``atexit``: multiprocessing's, logging's), then the process ends
+    """:func:`_announce_stop`, then the exit handlers (``atexit``: multiprocessing's, logging's), then the process ends
     without the interpreter's teardown. An extension module whose initialisation the stop interrupted is left half
     built, and tearing it down was seen to abort the process (SIGABRT, "Fatal Python error: PyThreadState_Get" while
     finalizing: Ctrl-C during `designers run`'s import of pymc, in matplotlib's ft2font) instead of exiting 130."""
     import atexit
 
-    try:
-        _report_stop(exc, resume_hint)
-    except typer.Exit as stop:
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(stop.exit_code)
+    code = _announce_stop(exc, resume_hint)
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def friendly_errors(fn: F | None = None, *, resume_hint: str | None = None):
