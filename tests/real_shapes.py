@@ -151,6 +151,12 @@ def truth(shape: str, data_dir: Path | None = None) -> Truth:
                  int(all_correct.sum()), int(none_correct.sum()), fit)
 
 
+@functools.lru_cache(maxsize=None)
+def kept_matrix(shape: str, data_dir: Path | None = None) -> ResponseMatrix:
+    """The shape's full-rollout matrix on the items its :func:`truth` keeps (the degenerate ones left out)."""
+    return load_shape(shape, data_dir).subset(items=list(truth(shape, data_dir).item_ids))
+
+
 def draw_benchmark(shape: str, rollouts: int | None = None, seed: int = 0, data_dir: Path | None = None
                    ) -> tuple[ResponseMatrix, np.ndarray, np.ndarray]:
     """A benchmark drawn from the shape's truth: Binomial counts at ``rollouts`` per cell (default: the paper's,
@@ -348,9 +354,7 @@ def thin_check(shape: str = "math500", rollouts: int = 4, seeds: Sequence[int] =
     (without replacement) for each seed, and compare each thinned posterior with the full-data posterior.
     ``drop_degenerate``: first leave out the items the truth leaves out (no model ever right, or ever wrong), whose
     full-data difficulty is the prior's, not the data's."""
-    resp = load_shape(shape, data_dir)
-    if drop_degenerate:
-        resp = resp.subset(items=list(truth(shape, data_dir).item_ids))
+    resp = kept_matrix(shape, data_dir) if drop_degenerate else load_shape(shape, data_dir)
     return thinned_against_full(resp, shape, rollouts, seeds, diagnose_kwargs, drop_degenerate)
 
 
@@ -421,7 +425,7 @@ def truth_2pl(shape: str, data_dir: Path | None = None) -> tuple[np.ndarray, np.
     slopes 0.35-2.42 from the 5th to the 95th percentile; the log posterior 107,000 nats above its value at the 1PL
     MAP, for 498 more parameters)."""
     t = truth(shape, data_dir)
-    resp = load_shape(shape, data_dir).subset(items=list(t.item_ids))
+    resp = kept_matrix(shape, data_dir)
     k, n = resp.n_correct.astype(float), resp.n_trials.astype(float)
     J, I = k.shape
     with threadpool_limits(1):
@@ -478,7 +482,7 @@ def simulated_thin_check(shape: str = "math500", rollouts: int = 4, sims: int = 
     if truth_model not in TRUTH_MODELS:
         raise ValueError(f"truth_model must be one of {TRUTH_MODELS}, got {truth_model!r}")
     t = truth(shape, data_dir)
-    n = load_shape(shape, data_dir).subset(items=list(t.item_ids)).n_trials
+    n = kept_matrix(shape, data_dir).n_trials
     theta, b, a = (t.theta, t.b, None) if truth_model == "1pl" else truth_2pl(shape, data_dir)
     out = []
     for s in range(seed, seed + sims):
