@@ -205,3 +205,38 @@ def test_a_large_sparse_designs_null_simulates_in_the_kernel_with_the_same_distr
         assert not np.array_equal(numpy_null[k], kernel_null[k])  # the two paths did run
         assert stats.ks_2samp(np.round(numpy_null[k], 9), np.round(kernel_null[k], 9)).pvalue > 0.01, k
         assert np.mean(kernel_null[k]) == pytest.approx(np.mean(numpy_null[k]), rel=0.05), k
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_the_null_key_cache_integrates_each_distinct_row_once_and_returns_every_rows_mean(packed):
+    """The guessing null's cache (sorted int64 tags, merged by numpy) gives every row the mean its own integral
+    gives, integrates a row only the first time any call sees it (packed rows; unpacked ones once per call), and
+    keeps its tags sorted and unique."""
+    rng = np.random.default_rng(3)
+    radices = np.array([3, 2, 2, 2, 2, 2, 2])
+    weights = np.cumprod([1] + list(radices[:0:-1]))[::-1].astype(np.int64) if packed else None
+
+    def value(rows: np.ndarray) -> np.ndarray:  # any function of the row
+        return np.sin(rows @ np.arange(1.0, rows.shape[1] + 1)) + rows[:, 0]
+
+    cache, seen, asked = N.KeyCache(), set(), []
+
+    def integrate(rows: np.ndarray) -> np.ndarray:
+        keys = [tuple(r) for r in rows.tolist()]
+        assert len(set(keys)) == len(keys)  # distinct rows only
+        asked.extend(keys)
+        return value(rows)
+
+    for _ in range(4):
+        rows = rng.integers(0, radices, size=(300, len(radices)))
+        got = cache.means(rows, weights, integrate)
+        np.testing.assert_allclose(got, value(rows), rtol=0, atol=1e-12)
+        fresh = {tuple(r) for r in rows.tolist()}
+        if packed:
+            assert set(asked[len(asked) - len(fresh - seen):]) == fresh - seen  # only rows never seen before
+            seen |= fresh
+    if packed:
+        assert len(asked) == len(set(asked)) == len(seen)
+        assert np.all(np.diff(cache.tags) > 0) and len(cache.tags) == len(seen)
+    else:
+        assert len(cache.tags) == 0

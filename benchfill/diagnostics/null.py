@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -178,37 +179,55 @@ def design_null(theta_draws: np.ndarray, n_trials: np.ndarray, guessing: np.ndar
     all_draws = np.asarray(theta_draws, dtype=float)
     if plain.all():
         return _plain_null(rng, all_draws, draws, n, c, patterns, pattern_of, (lo, hi), replicates, prior, seed)
-    cache: dict[object, float] = {}
     out = {k: np.empty(replicates) for k in METRICS}
+    known = KeyCache()
     for first in range(0, replicates, chunk):
         reps = range(first, min(replicates, first + chunk))
-        per_rep = []
+        rows = []
         for _ in reps:
             # each replicate's abilities are a posterior draw: the null carries the abilities' uncertainty
             y = hole_free_counts(rng, all_draws[rng.integers(len(all_draws))], n, c, (lo, hi))
             body = np.where(plain[:, None], y.sum(0)[:, None], y.T)  # (plain items: their total; else the column)
-            rows = np.concatenate([pattern_of[:, None], c_index[:, None], body], axis=1)
-            if weights is not None:  # one integer per item: a 1-D unique is far faster than one over rows
-                _, first_of, inverse = np.unique(rows @ weights, return_index=True, return_inverse=True)
-                rows = rows[first_of]
-                tags = list((rows @ weights).tolist())
-            else:
-                rows, inverse = np.unique(rows, axis=0, return_inverse=True)
-                tags = [row.tobytes() for row in rows]
-            per_rep.append((tags, inverse.reshape(-1), rows))
-        new: dict[object, np.ndarray] = {}
-        for tags, _, rows in per_rep:
-            for t, row in zip(tags, rows):
-                if t not in cache and t not in new:
-                    new[t] = row
-        if new:
-            _integrate(new, cache, draws, patterns, c_values, prior)
-        for r, (tags, inverse, _) in zip(reps, per_rep):
-            means = np.array([cache[t] for t in tags])[inverse]
-            for k, v in M.headline_metrics(M.normalise(means)).items():
+            rows.append(np.concatenate([pattern_of[:, None], c_index[:, None], body], axis=1))
+        means = known.means(np.concatenate(rows), weights,
+                            lambda new: _integrate(new, draws, patterns, c_values, prior)).reshape(len(reps), I)
+        for r, m in zip(reps, means):
+            for k, v in M.headline_metrics(M.normalise(m)).items():
                 out[k][r] = v
     out["theta_draws"] = np.array(len(draws))
     return out
+
+
+class KeyCache:
+    """The null's per-key posterior means, kept across chunks of replicates (MMLU-Pro with guessing: 200 x 12,032
+    items hold 1.2 M distinct count columns, half of them) as sorted arrays, looked up and merged by numpy: a dict
+    of the same keys cost ~3.5 s of Python per null there."""
+
+    def __init__(self) -> None:
+        self.tags = np.empty(0, dtype=np.int64)
+        self.values = np.empty(0)
+
+    def means(self, rows: np.ndarray, weights: np.ndarray | None,
+              integrate: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """The mean of every row of ``rows`` (N, width): each distinct row integrated once (``integrate``: (K, width)
+        distinct rows -> (K,) means), here or in an earlier call. ``weights``: the mixed-radix weights that pack a
+        row into one int64 (then rows are cached across calls), or None where a row does not fit in 64 bits (each
+        call then integrates its own distinct rows)."""
+        if weights is None:
+            distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
+            return integrate(distinct)[inverse.reshape(-1)]
+        tags, first, inverse = np.unique(rows @ weights, return_index=True, return_inverse=True)
+        at = np.minimum(np.searchsorted(self.tags, tags), max(len(self.tags) - 1, 0))
+        found = self.tags[at] == tags if len(self.tags) else np.zeros(len(tags), dtype=bool)
+        values = np.empty(len(tags))
+        values[found] = self.values[at[found]]
+        new = ~found
+        if new.any():
+            values[new] = integrate(rows[first[new]])
+            place = np.searchsorted(self.tags, tags[new])
+            self.tags = np.insert(self.tags, place, tags[new])
+            self.values = np.insert(self.values, place, values[new])
+        return values[inverse.reshape(-1)]
 
 
 def _plain_null(rng: np.random.Generator, all_draws: np.ndarray, draws: np.ndarray, n: np.ndarray, c: np.ndarray,
@@ -339,10 +358,9 @@ def _exact_is_cheaper(patterns: np.ndarray, cells: int, replicates: int, b_range
     return float(np.sum(nodes * trials * window)) <= CONVOLUTION_PER_CELL * replicates * cells
 
 
-def _integrate(new: dict[object, np.ndarray], cache: dict[object, float], draws: np.ndarray,
-               patterns: np.ndarray, c_values: np.ndarray, prior: Population | None = None) -> None:
-    """Exact posterior means of b for the keys in ``new`` (rows as built by :func:`design_null`), into cache."""
-    rows = np.array(list(new.values()))
+def _integrate(rows: np.ndarray, draws: np.ndarray, patterns: np.ndarray, c_values: np.ndarray,
+               prior: Population | None = None) -> np.ndarray:
+    """Exact posterior means of b (K,) for distinct key rows (K, 2 + width) as built by :func:`design_null`."""
     n_rows = patterns[rows[:, 0]]
     c_rows = c_values[rows[:, 1]]
     body = rows[:, 2:]
@@ -350,11 +368,8 @@ def _integrate(new: dict[object, np.ndarray], cache: dict[object, float], draws:
     total = body[:, 0]
     spread = spread_totals(total, n_rows)
     y_rows = spread if body.shape[1] == 1 else np.where((c_rows <= 0)[:, None], spread, body)
-    # the rows are distinct and new (the cache holds the rest): integrated as they are
-    moments = distinct_key_moments(draws, y_rows, n_rows, c_rows if np.any(c_rows > 0) else None,
-                                   prior=prior or Population.paper())
-    for t, m in zip(new, moments.item_mean):
-        cache[t] = float(m)
+    return distinct_key_moments(draws, y_rows, n_rows, c_rows if np.any(c_rows > 0) else None,
+                                prior=prior or Population.paper()).item_mean
 
 
 def summarise_null(null: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
