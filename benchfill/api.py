@@ -16,7 +16,6 @@ rich (``rich.print(result)``) shows what the command shows.
 
 from __future__ import annotations
 
-import asyncio
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation
 
 from benchfill import options
-from benchfill.aio import run_sync
 from benchfill.data import Item, ResponseMatrix
 from benchfill.diagnostics.calibrate import CalibrationResult
 from benchfill.diagnostics.detect import DetectionResult
@@ -803,6 +801,8 @@ async def fill_async(items: str | Path, responses: str | Path, config: str | Pat
     the search has run (kind ``node``: its name in ``message``, its report, a dict of method, gap, round, calls,
     cost, ..., in ``payload``). Returns the :class:`FillSummary` (also written as ``out/summary.json``, with
     ``out/report.html``)."""
+    import asyncio
+
     return await asyncio.to_thread(_fill, items, responses, config, out, models=models, models_file=models_file,
                                    gaps=gaps, sampler=sampler, seed=seed, compare=compare, resume=resume,
                                    allow_floor_gaps=allow_floor_gaps, on_event=on_event)
@@ -814,6 +814,8 @@ def fill(items: str | Path, responses: str | Path, config: str | Path, out: str 
          compare: bool = options.FILL.compare, resume: bool = options.FILL.resume,
          allow_floor_gaps: bool = options.FILL.allow_floor_gaps, on_event: OnEvent | None = None) -> FillSummary:
     """:func:`fill_async` from synchronous code (also inside a running event loop, e.g. Jupyter)."""
+    from benchfill.aio import run_sync
+
     return run_sync(fill_async(items, responses, config, out, models=models, models_file=models_file, gaps=gaps,
                                sampler=sampler, seed=seed, compare=compare, resume=resume,
                                allow_floor_gaps=allow_floor_gaps, on_event=on_event))
@@ -853,6 +855,8 @@ async def evaluate_async(items: str | Path, config: str | Path, out: str | Path,
 def evaluate(items: str | Path, config: str | Path, out: str | Path, *, limit: int | None = options.EVALUATE.limit,
              rollouts: int | None = options.EVALUATE.rollouts, on_event: OnEvent | None = None) -> EvaluationResult:
     """:func:`evaluate_async` from synchronous code (also inside a running event loop, e.g. Jupyter)."""
+    from benchfill.aio import run_sync
+
     return run_sync(evaluate_async(items, config, out, limit=limit, rollouts=rollouts, on_event=on_event))
 
 
@@ -909,6 +913,9 @@ def designers_card(items: str | Path, out: str | Path, *, config: str | Path | N
                    language: str | None = None, max_categories: int = 8, examples: int = 12):
     """The domain card of a seed benchmark (``benchfill designers card``), saved to ``out`` (YAML) and returned as a
     :class:`~benchfill.designers.card.DomainCard`. Works inside a running event loop too (Jupyter)."""
+    import asyncio
+
+    from benchfill.aio import run_sync
     from benchfill.designers.card import build_card
 
     return run_sync(asyncio.to_thread(build_card, items, out, config_path=config, name=name, language=language,
@@ -935,6 +942,8 @@ async def designers_run_async(card: str | Path, quotas: str | Path, config: str 
 
 def designers_run(card: str | Path, quotas: str | Path, config: str | Path, out: str | Path, **keywords: Any):
     """:func:`designers_run_async` from synchronous code (also inside a running event loop, e.g. Jupyter)."""
+    from benchfill.aio import run_sync
+
     return run_sync(designers_run_async(card, quotas, config, out, **keywords))
 
 

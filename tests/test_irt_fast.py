@@ -524,6 +524,54 @@ def test_compiled_kernels_agree_with_the_numpy_path(monkeypatch):
     assert results["1"][2] == pytest.approx(results["0"][2], abs=1e-9)
 
 
+def test_one_pass_over_a_models_windows_gives_each_ability_vectors_log_density_and_its_draws(monkeypatch):
+    """draw_difficulties with ``logp`` on a model's blocks adds each ability vector's log density from the pass
+    that draws: with the prior and linear terms, it is the model's own (numpy and compiled paths, plain, guessing,
+    shared and per-key trials), and the draws are those made without it."""
+    n = np.ones((J, 900), dtype=int)
+    n[:2, :150] = 0
+    n[:, 600:] = 4
+    keys, mg, thetas, _ = _marginal_and_draw_blocks(n, np.where(np.arange(900) % 3 == 0, 0.25, 0.0), 11, 60)
+    for flag in ("0", "1"):
+        monkeypatch.setenv("BENCHFILL_KERNELS", flag)
+        logp = thetas @ keys.theta_lin - 0.5 * (thetas**2).sum(1)
+        with_logp, edge = fast.draw_difficulties(keys, mg.model.blocks, thetas, np.random.default_rng(5), logp=logp)
+        alone, _ = fast.draw_difficulties(keys, mg.model.blocks, thetas, np.random.default_rng(5))
+        np.testing.assert_allclose(logp, mg.model.logp_batch(thetas), rtol=0, atol=1e-8)
+        np.testing.assert_allclose(with_logp, alone, rtol=0, atol=1e-12)  # batches may differ: round-off
+        assert edge < -20
+
+
+def test_an_independence_chain_draws_its_proposals_difficulties_as_it_weighs_them():
+    """imh_chain_with_draws: the abilities of sample_theta_imh's chain (same proposals, start, uniforms), a state
+    kept twice keeps its difficulties, and those difficulties have the law of fresh draws given the same abilities
+    (per-key means and SDs of 3,000 draws within Monte Carlo error)."""
+    n = np.full((J, 80), 4)
+    keys, mg, _, _ = _marginal_and_draw_blocks(n, np.zeros(80), 7, 1)
+    proposal = fast.laplace_proposal(mg.model, mg.mode, mg.cov, np.random.default_rng(1), n=400)
+    first = (proposal.pool[:100], proposal.pool_log_w[:100])
+    theta, _ = fast.sample_theta_imh(mg.model, proposal, 1, 50, 3000, np.random.default_rng(2), first)
+    b = np.empty((3000, 80), dtype=np.float32)
+    ours, accept, edge = fast.imh_chain_with_draws(mg, proposal, 50, 3000, np.random.default_rng(2),
+                                                   np.random.default_rng(3), first, b)
+    np.testing.assert_array_equal(ours, theta[0])
+    assert 0.5 < accept < 1 and edge < -20
+    stay = np.flatnonzero((np.diff(ours, axis=0) == 0).all(1))
+    assert stay.size and np.array_equal(b[stay], b[stay + 1])
+    assert np.isin(ours, first[0]).all(1).any()  # some states are check draws: drawn afterwards
+    fresh, _ = fast.draw_difficulties(keys, mg.draw_blocks(ours), ours, np.random.default_rng(4))
+    # both are draws given the same abilities: their difference's SD is that of the conditional draws alone,
+    # inflated by the repeated states' autocorrelation (acceptance ~0.9: a factor ~1.1 on the SD of the mean)
+    sd = fresh.std(0)
+    z = (b.mean(0) - fresh.mean(0)) / (sd * np.sqrt(2 / 3000))
+    assert np.abs(z).max() < 5 and 0.5 < z.std() < 1.5
+    np.testing.assert_allclose(b.std(0), sd, rtol=0.1)
+    # each draw goes with its own abilities: b moves with the abilities' common shift as fresh draws do
+    level = ours.mean(1)
+    corr = [np.corrcoef(level, x.mean(1))[0, 1] for x in (b, fresh)]
+    assert corr[1] > 0.5 and abs(corr[0] - corr[1]) < 0.1
+
+
 def test_blocks_with_few_distinct_trial_rows_sum_them_once(monkeypatch):
     """A block whose keys have a few distinct trial rows (a complete design with some cells unasked) sums
     -n . softplus once per distinct row and picks each key's by a one-hot weight; its log densities and, from the

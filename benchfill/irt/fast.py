@@ -42,6 +42,12 @@ the burn-in (a proposal that misses part of the posterior) show up in R-hat; the
 importance weights is reported as check M4. If the proposal's importance efficiency is poor (< MIN_KISH; never seen on
 real data) the abilities go to NUTS (nutpie) in whitened coordinates theta = theta_hat + L z instead.
 
+Under IMH each new proposal's log density and one draw of every difficulty given it come from one pass over the
+windows, and a kept state keeps the draw made when it was proposed (:func:`imh_chain_with_draws`): an independence
+sampler on the joint (theta, b) with the same acceptance ratio. The lattice terms are computed once per proposal
+instead of twice (MMLU-Pro 29 x 12,032 with c = 0.1: the fit 45.7 -> 39.3 s), at the price of a repeated state
+repeating its b (min bulk / tail ESS of b there 2,379 -> 1,963 at acceptance 0.88).
+
 Difficulty draws use inverse-CDF sampling on each key's window: the log-density is linear inside each cell
 (exponential pieces, inverted exactly) and each cell's mass carries a curvature correction, so draw means and SDs
 are exact to ~1e-5 of a posterior SD and quantiles to ~0.5 % (far below the Monte Carlo error of 4,000 draws).
@@ -734,6 +740,13 @@ def _kernel_batches(blk: Block, n_thetas: int, extra_per_theta: int = 0) -> list
     return blk.batches(n_thetas, ELEMENT_BUDGET, max(per_theta, extra_per_theta))
 
 
+def window_log_masses(shifted: np.ndarray, peak: np.ndarray, mult: np.ndarray) -> np.ndarray:
+    """(B,) sum_k mult_k log sum_g exp(ell[b, k, g]): the block's log density (:func:`block_logp_grad`'s constant)
+    from the keys' window log densities less their peaks, ``shifted`` (B, Kb, G) (overwritten by its exponential),
+    and the peaks (B, Kb)."""
+    return (peak + np.log(np.exp(shifted, out=shifted).sum(-1))) @ mult
+
+
 def block_logp_batch(thetas: np.ndarray, blk: Block) -> np.ndarray:
     """:func:`block_logp_grad`'s log density (same constant) for B ability vectors (B, J) at once -> (B,)."""
     out = np.empty(len(thetas))
@@ -746,12 +759,12 @@ def block_logp_batch(thetas: np.ndarray, blk: Block) -> np.ndarray:
             ell = np.empty((len(delta),) + idx.shape)
             peak = np.empty((len(delta), idx.shape[0]))
             kernels.window_shifted(base, tables, codes, idx, blk.nodes, blk.r, delta, ell, peak)
-            out[part] = (peak + np.log(np.exp(ell, out=ell).sum(-1))) @ blk.mult
+            out[part] = window_log_masses(ell, peak, blk.mult)
         return out
     for part in blk.batches(len(thetas)):
         ell, _ = block_log_density(thetas[part], blk)  # (B, Kb, G)
         mx = ell.max(-1)
-        out[part] = (mx + np.log(np.exp(ell - mx[..., None]).sum(-1))) @ blk.mult
+        out[part] = window_log_masses(ell - mx[..., None], mx, blk.mult)
     return out
 
 
@@ -1422,23 +1435,78 @@ def sample_theta_imh(model: MarginalModel, proposal: Proposal, chains: int, burn
     new ones are drawn: the check's density evaluations are not paid twice.
 
     Returns theta (chains, draws, J) and the acceptance rate of each chain (chains,)."""
+    path, states, accept, _ = imh_paths(model, proposal, chains, burn_in + draws, rng, first)
+    theta = np.stack([path[c][states[c, burn_in:]] for c in range(chains)])
+    return theta, accept
+
+
+def imh_paths(model: MarginalModel, proposal: Proposal, chains: int, steps: int, rng: np.random.Generator,
+              first: tuple[np.ndarray, np.ndarray] | None = None,
+              evaluate: Callable[[np.ndarray], np.ndarray] | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The chains of :func:`sample_theta_imh`, ``steps`` states each, as states of their candidates.
+
+    ``evaluate``: log p(theta | y) of the new proposals (n, J) -> (n,) (default ``model.logp_batch``), called once
+    with all of them, in chain order, before the chains' starts are drawn.
+    Returns each chain's candidates (chains, 1 + steps, J) (its start, then its proposals: the m of ``first``
+    it took, then new ones), the state after each step as an index into them (chains, steps), the acceptance
+    rates (chains,) and m."""
     J = len(proposal.loc)
-    steps = burn_in + draws
     m = 0 if first is None else min(len(first[1]), chains * steps)
-    th, lw = _weighted_draws(model, proposal, chains * steps - m, rng)
+    th = proposal.draw(chains * steps - m, rng)
+    lw = (model.logp_batch(th) if evaluate is None else evaluate(th)) - proposal.log_density(th) if len(th) else th[:, 0]
     if first is not None and m:
         th, lw = np.concatenate([first[0][:m], th]), np.concatenate([first[1][:m], lw])
     th, lw = th.reshape(chains, steps, J), lw.reshape(chains, steps)
     x0 = proposal.loc + START_SPREAD * (proposal.draw(chains, rng) - proposal.loc)
     lw0 = model.logp_batch(x0) - proposal.log_density(x0)
-    theta = np.empty((chains, draws, J))
+    states = np.empty((chains, steps), dtype=np.int64)
     accept = np.empty(chains)
     for c in range(chains):
-        states, accepted = imh_chain(np.concatenate([lw0[c : c + 1], lw[c]]), np.log(rng.random(steps)))
-        path = np.concatenate([x0[c][None, :], th[c]])[states]
-        theta[c] = path[burn_in:]
+        states[c], accepted = imh_chain(np.concatenate([lw0[c : c + 1], lw[c]]), np.log(rng.random(steps)))
         accept[c] = accepted / steps
-    return theta, accept
+    return np.concatenate([x0[:, None, :], th], axis=1), states, accept, m
+
+
+def imh_chain_with_draws(marginal: "Marginal", proposal: Proposal, burn_in: int, draws: int,
+                         rng: np.random.Generator, b_rng: np.random.Generator,
+                         first: tuple[np.ndarray, np.ndarray] | None, b_out: np.ndarray
+                         ) -> tuple[np.ndarray, float, float]:
+    """One chain of :func:`sample_theta_imh` (the same proposals, start and uniforms from ``rng``, so the same
+    abilities) with its difficulty draws (draws, I), written to ``b_out``.
+
+    Every new proposal's log density and one exact draw of every difficulty given it come from one pass over the
+    model's windows (:func:`draw_difficulties` with ``logp``): a proposal (theta', b') with b' ~ p(b | theta', y)
+    is accepted with the abilities' ratio w(theta') / w(theta), an independence sampler on the joint (theta, b)
+    whose acceptance ratio has the same value (the conditional of b cancels), so a state kept twice keeps its b.
+    States not proposed here (the chain's start, the check draws of ``first``, weighted earlier) get their draws
+    afterwards. Returns theta (draws, J), the acceptance rate and the largest window-edge ratio of the draws
+    (:func:`draw_difficulties`)."""
+    model = marginal.model
+    fresh_b: list[np.ndarray] = []
+    edges = [-np.inf]
+
+    def evaluate(th: np.ndarray) -> np.ndarray:
+        logp = th @ model.keys.theta_lin - 0.5 * np.einsum("bj,bj->b", th, th)  # the blocks' part is added
+        b, edge = draw_difficulties(model.keys, model.blocks, th, b_rng,
+                                    np.empty((len(th), b_out.shape[1]), dtype=b_out.dtype), logp=logp)
+        fresh_b.append(b)
+        edges.append(edge)
+        return logp
+
+    path, states, accept, m = imh_paths(model, proposal, 1, burn_in + draws, rng, first, evaluate)
+    kept = states[0, burn_in:]  # into [start, the check draws taken, the new proposals]
+    fresh = kept > m
+    if fresh.any():
+        b_out[fresh] = fresh_b[0][kept[fresh] - m - 1]
+    if not fresh.all():
+        earlier, where = np.unique(kept[~fresh], return_inverse=True)
+        thetas = path[0][earlier]
+        b_earlier, edge = draw_difficulties(model.keys, marginal.draw_blocks(thetas), thetas, b_rng,
+                                            np.empty((len(earlier), b_out.shape[1]), dtype=b_out.dtype))
+        b_out[~fresh] = b_earlier[where.reshape(-1)]
+        edges.append(edge)
+    return path[0][kept], float(accept[0]), max(edges)
 
 
 # ------------------------------------------------------------------------------------------------ abilities: NUTS
@@ -1565,13 +1633,17 @@ def edge_log_ratio(ell: np.ndarray, peak: np.ndarray) -> float:
     return float(np.max(np.maximum(ell[..., 0], ell[..., -1]) - peak))
 
 
-def draw_difficulties(keys: ItemKeys, blocks: list[Block], theta_flat: np.ndarray, rng: np.random.Generator,
-                      out: np.ndarray | None = None, large_fit: bool = False) -> tuple[np.ndarray, float]:
+def draw_difficulties(keys: ItemKeys, blocks: list[Block] | tuple[Block, ...], theta_flat: np.ndarray,
+                      rng: np.random.Generator, out: np.ndarray | None = None, large_fit: bool = False,
+                      logp: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """b draws (S, I): for each ability draw s and item i, an exact draw from p(b_i | theta_s, y_i).
 
     Args:
         out: (S, I) array to fill (float64 or float32), or None for a new float64 one.
         large_fit: draw in the compiled kernels at any size (see :func:`use_kernels`).
+        logp: (S,) array to which each block's log density at each ability vector is added, from the same pass
+            over the windows (with a model's blocks: :meth:`MarginalModel.logp_batch` less its prior and linear
+            terms), or None.
     Returns the draws and the largest edge-to-peak log density ratio seen (a coverage check; < -20 is fine).
     """
     S = theta_flat.shape[0]
@@ -1591,7 +1663,7 @@ def draw_difficulties(keys: ItemKeys, blocks: list[Block], theta_flat: np.ndarra
         local = key_local[keys.item_key[items]]
         Kb, G = len(blk.keys), blk.width
         if use_kernels(S * (blk.size + items.size), large_fit):
-            edge = max(edge, _draw_block_compiled(blk, items, local, theta_flat, rng, out))
+            edge = max(edge, _draw_block_compiled(blk, items, local, theta_flat, rng, out, logp))
             continue
         for part in blk.batches(S, DRAW_BUDGET, items.size):
             s0, s1 = part.start, part.stop
@@ -1599,6 +1671,8 @@ def draw_difficulties(keys: ItemKeys, blocks: list[Block], theta_flat: np.ndarra
             ell, shift = block_log_density(theta_flat[part], blk)  # (B, Kb, G), (B,)
             peak = ell.max(-1)
             edge = max(edge, edge_log_ratio(ell, peak))
+            if logp is not None:
+                logp[part] += window_log_masses(ell - peak[..., None], peak, blk.mult)
             mass, e0, delta = cell_masses(ell.reshape(B * Kb, G), blk.h)
             row = (np.arange(B)[:, None] * Kb + local[None, :]).ravel()
             u = rng.random(row.size)
@@ -1617,9 +1691,9 @@ def draw_difficulties(keys: ItemKeys, blocks: list[Block], theta_flat: np.ndarra
 
 
 def _draw_block_compiled(blk: Block, items: np.ndarray, local: np.ndarray, theta_flat: np.ndarray,
-                         rng: np.random.Generator, out: np.ndarray) -> float:
+                         rng: np.random.Generator, out: np.ndarray, logp: np.ndarray | None = None) -> float:
     """:func:`draw_difficulties` for one block in :mod:`benchfill.irt.kernels`: the same uniforms, in the same
-    order, as the numpy path, so the two give the same draws up to rounding."""
+    order, as the numpy path, so the two give the same draws up to rounding (and ``logp`` as there)."""
     from benchfill.irt import kernels
 
     order = np.argsort(local, kind="stable")
@@ -1629,11 +1703,16 @@ def _draw_block_compiled(blk: Block, items: np.ndarray, local: np.ndarray, theta
     stretch = np.array([0.0, 0.0, 0.0, 0.0, 1.0] if m is None else [m.t_lo, m.t_hi, m.k_lo, m.k_hi, m.w])
     edge = -np.inf
     cells = (len(blk.keys), blk.width - 1)
-    for part in _kernel_batches(blk, theta_flat.shape[0], items.size + 3 * blk.size):
+    for part in _kernel_batches(blk, theta_flat.shape[0], items.size + (3 if logp is None else 4) * blk.size):
         base, tables, codes, delta = kernel_terms(theta_flat[part], blk)
         B = len(delta)
         log_e0, jump = np.empty((B,) + cells), np.empty((B,) + cells)
-        edge = max(edge, kernels.cell_logs(base, tables, codes, idx, blk.nodes, blk.r, delta, log_e0, jump))
+        shifted, peak = (np.empty((0, 0, 0)), np.empty((0, 0))) if logp is None else (
+            np.empty((B,) + idx.shape), np.empty((B, idx.shape[0])))
+        edge = max(edge, kernels.cell_logs(base, tables, codes, idx, blk.nodes, blk.r, delta, log_e0, jump,
+                                           shifted, peak))
+        if logp is not None:
+            logp[part] += window_log_masses(shifted, peak, blk.mult)
         e0 = np.exp(log_e0, out=log_e0)
         u = rng.random((B, items.size))
         kernels.draws_from_cells(e0, jump, np.exp(jump), blk.nodes, delta, blk.h, key_ptr, order, items, u, out,
@@ -1684,12 +1763,11 @@ class _ChainJob:
             seq = np.random.SeedSequence([settings.seed, 0x1F7, first_chain + c])
             theta_rng, b_rng = (np.random.default_rng(s) for s in seq.spawn(2))
             pool = slice(first_chain + c, None, self.chains)
-            theta, acc = sample_theta_imh(mg.model, self.proposal, 1, min(settings.tune, BURN_IN), settings.draws,
-                                          theta_rng, (self.proposal.pool[pool], self.proposal.pool_log_w[pool]))
-            flat = theta[0]
-            _, e = draw_difficulties(mg.model.keys, mg.draw_blocks(flat), flat, b_rng, b_out[c])
-            thetas.append(theta)
-            accept[c], edge = acc[0], max(edge, e)
+            theta, accept[c], e = imh_chain_with_draws(
+                mg, self.proposal, min(settings.tune, BURN_IN), settings.draws, theta_rng, b_rng,
+                (self.proposal.pool[pool], self.proposal.pool_log_w[pool]), b_out[c])
+            thetas.append(theta[None])
+            edge = max(edge, e)
         return np.concatenate(thetas), 0, accept, edge
 
 

@@ -72,19 +72,28 @@ def window_shifted(base, tables, codes, idx, nodes, r, delta, ell, peak):
 
 
 @njit(cache=True, nogil=True)
-def cell_logs(base, tables, codes, idx, nodes, r, delta, log_e0, jump):
+def cell_logs(base, tables, codes, idx, nodes, r, delta, log_e0, jump, ell, peak):
     """The exponents of :func:`benchfill.irt.fast.cell_masses`, per (ability vector b, key k, cell c):
     log_e0 = shifted log density at the cell's left node - (mean second difference) / 12, and jump = the log
-    density's (clipped) rise across the cell. Returns the largest end-node-to-peak ratio (the coverage check)."""
+    density's (clipped) rise across the cell. Returns the largest end-node-to-peak ratio (the coverage check).
+
+    ``ell``, ``peak``: (B, Kb, G) and (B, Kb) to receive :func:`window_shifted`'s outputs from the same pass (an
+    independence chain's log density and difficulty draws of one proposal), or (0, 0, 0) and (0, 0): not wanted."""
     B = base.shape[0]
     Kb, G = idx.shape
     C = G - 1
     buf = np.empty(G)
     d1 = np.empty(C)
     edge = -np.inf
+    shifted = ell.shape[0] > 0
     for b in range(B):
         for k in range(Kb):
             pk = _window_ell(base, tables, codes, idx, nodes, r, delta, b, k, buf)
+            if shifted:
+                row = ell[b, k]
+                for g in range(G):
+                    row[g] = buf[g] - pk
+                peak[b, k] = pk
             end = max(buf[0], buf[G - 1]) - pk
             if end > edge:
                 edge = end
