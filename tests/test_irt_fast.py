@@ -542,10 +542,14 @@ def test_one_pass_over_a_models_windows_gives_each_ability_vectors_log_density_a
         assert edge < -20
 
 
-def test_an_independence_chain_draws_its_proposals_difficulties_as_it_weighs_them():
+@pytest.mark.parametrize("batch", [None, 7])
+def test_an_independence_chain_draws_its_proposals_difficulties_as_it_weighs_them(monkeypatch, batch):
     """imh_chain_with_draws: the abilities of sample_theta_imh's chain (same proposals, start, uniforms), a state
     kept twice keeps its difficulties, and those difficulties have the law of fresh draws given the same abilities
-    (per-key means and SDs of 3,000 draws within Monte Carlo error)."""
+    (per-key means and SDs of 3,000 draws within Monte Carlo error), whether the proposals are weighed all at once
+    or 7 at a time (a state held across batches)."""
+    if batch is not None:
+        monkeypatch.setattr(fast, "CHAIN_B_BUDGET", batch * 80)
     n = np.full((J, 80), 4)
     keys, mg, _, _ = _marginal_and_draw_blocks(n, np.zeros(80), 7, 1)
     proposal = fast.laplace_proposal(mg.model, mg.mode, mg.cov, np.random.default_rng(1), n=400)

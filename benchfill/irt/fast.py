@@ -1435,37 +1435,36 @@ def sample_theta_imh(model: MarginalModel, proposal: Proposal, chains: int, burn
     new ones are drawn: the check's density evaluations are not paid twice.
 
     Returns theta (chains, draws, J) and the acceptance rate of each chain (chains,)."""
-    path, states, accept, _ = imh_paths(model, proposal, chains, burn_in + draws, rng, first)
-    theta = np.stack([path[c][states[c, burn_in:]] for c in range(chains)])
-    return theta, accept
-
-
-def imh_paths(model: MarginalModel, proposal: Proposal, chains: int, steps: int, rng: np.random.Generator,
-              first: tuple[np.ndarray, np.ndarray] | None = None,
-              evaluate: Callable[[np.ndarray], np.ndarray] | None = None
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """The chains of :func:`sample_theta_imh`, ``steps`` states each, as states of their candidates.
-
-    ``evaluate``: log p(theta | y) of the new proposals (n, J) -> (n,) (default ``model.logp_batch``), called once
-    with all of them, in chain order, before the chains' starts are drawn.
-    Returns each chain's candidates (chains, 1 + steps, J) (its start, then its proposals: the m of ``first``
-    it took, then new ones), the state after each step as an index into them (chains, steps), the acceptance
-    rates (chains,) and m."""
     J = len(proposal.loc)
+    steps = burn_in + draws
     m = 0 if first is None else min(len(first[1]), chains * steps)
-    th = proposal.draw(chains * steps - m, rng)
-    lw = (model.logp_batch(th) if evaluate is None else evaluate(th)) - proposal.log_density(th) if len(th) else th[:, 0]
+    th, x0, log_u = imh_inputs(proposal, chains, steps, m, rng)
+    lw = model.logp_batch(th) - proposal.log_density(th) if len(th) else np.empty(0)
     if first is not None and m:
         th, lw = np.concatenate([first[0][:m], th]), np.concatenate([first[1][:m], lw])
     th, lw = th.reshape(chains, steps, J), lw.reshape(chains, steps)
-    x0 = proposal.loc + START_SPREAD * (proposal.draw(chains, rng) - proposal.loc)
     lw0 = model.logp_batch(x0) - proposal.log_density(x0)
-    states = np.empty((chains, steps), dtype=np.int64)
+    theta = np.empty((chains, draws, J))
     accept = np.empty(chains)
     for c in range(chains):
-        states[c], accepted = imh_chain(np.concatenate([lw0[c : c + 1], lw[c]]), np.log(rng.random(steps)))
+        states, accepted = imh_chain(np.concatenate([lw0[c : c + 1], lw[c]]), log_u[c])
+        theta[c] = np.concatenate([x0[c][None, :], th[c]])[states][burn_in:]
         accept[c] = accepted / steps
-    return np.concatenate([x0[:, None, :], th], axis=1), states, accept, m
+    return theta, accept
+
+
+def imh_inputs(proposal: Proposal, chains: int, steps: int, m: int, rng: np.random.Generator
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What the chains of :func:`sample_theta_imh` draw from ``rng``, in its order: the new proposals
+    (chains x steps - m, J) (the first m are check draws), each chain's start (chains, J) and its log uniforms
+    (chains, steps)."""
+    th = proposal.draw(chains * steps - m, rng)
+    x0 = proposal.loc + START_SPREAD * (proposal.draw(chains, rng) - proposal.loc)
+    log_u = np.stack([np.log(rng.random(steps)) for _ in range(chains)])
+    return th, x0, log_u
+
+
+CHAIN_B_BUDGET = 8_000_000  # difficulty draws (proposals x items) an independence chain keeps at a time (32 MB)
 
 
 def imh_chain_with_draws(marginal: "Marginal", proposal: Proposal, burn_in: int, draws: int,
@@ -1479,34 +1478,56 @@ def imh_chain_with_draws(marginal: "Marginal", proposal: Proposal, burn_in: int,
     model's windows (:func:`draw_difficulties` with ``logp``): a proposal (theta', b') with b' ~ p(b | theta', y)
     is accepted with the abilities' ratio w(theta') / w(theta), an independence sampler on the joint (theta, b)
     whose acceptance ratio has the same value (the conditional of b cancels), so a state kept twice keeps its b.
-    States not proposed here (the chain's start, the check draws of ``first``, weighted earlier) get their draws
-    afterwards. Returns theta (draws, J), the acceptance rate and the largest window-edge ratio of the draws
-    (:func:`draw_difficulties`)."""
+    The proposals are weighed CHAIN_B_BUDGET / I at a time and the chain run through each batch before the next
+    (memory: one batch's draws, not every proposal's). States not proposed here (the chain's start, the check
+    draws of ``first``, weighted earlier) get their draws at the end. Returns theta (draws, J), the acceptance rate
+    and the largest window-edge ratio of the draws (:func:`draw_difficulties`)."""
     model = marginal.model
-    fresh_b: list[np.ndarray] = []
-    edges = [-np.inf]
-
-    def evaluate(th: np.ndarray) -> np.ndarray:
-        logp = th @ model.keys.theta_lin - 0.5 * np.einsum("bj,bj->b", th, th)  # the blocks' part is added
-        b, edge = draw_difficulties(model.keys, model.blocks, th, b_rng,
-                                    np.empty((len(th), b_out.shape[1]), dtype=b_out.dtype), logp=logp)
-        fresh_b.append(b)
-        edges.append(edge)
-        return logp
-
-    path, states, accept, m = imh_paths(model, proposal, 1, burn_in + draws, rng, first, evaluate)
-    kept = states[0, burn_in:]  # into [start, the check draws taken, the new proposals]
-    fresh = kept > m
-    if fresh.any():
-        b_out[fresh] = fresh_b[0][kept[fresh] - m - 1]
-    if not fresh.all():
-        earlier, where = np.unique(kept[~fresh], return_inverse=True)
-        thetas = path[0][earlier]
-        b_earlier, edge = draw_difficulties(model.keys, marginal.draw_blocks(thetas), thetas, b_rng,
-                                            np.empty((len(earlier), b_out.shape[1]), dtype=b_out.dtype))
-        b_out[~fresh] = b_earlier[where.reshape(-1)]
-        edges.append(edge)
-    return path[0][kept], float(accept[0]), max(edges)
+    steps, I = burn_in + draws, b_out.shape[1]
+    m = 0 if first is None else min(len(first[1]), steps)
+    th_new, x0, log_u = imh_inputs(proposal, 1, steps, m, rng)
+    path = np.concatenate([x0, first[0][:m], th_new]) if first is not None and m else np.concatenate([x0, th_new])
+    lw = np.empty(1 + steps)  # the start's, the check draws', then each batch's as it is weighed
+    lw[0] = (model.logp_batch(x0) - proposal.log_density(x0))[0]
+    if m:
+        lw[1 : 1 + m] = first[1][:m]  # type: ignore[index]
+    states = np.empty(steps, dtype=np.int64)
+    state, accepted, edge = 0, 0, -np.inf
+    held: np.ndarray | None = None  # the b of the state the chain holds, where it is a new proposal
+    batch = max(1, CHAIN_B_BUDGET // max(1, I))
+    cuts = sorted({0, steps, *([m] if m < steps else []), *range(m + batch, steps, batch)})
+    for lo, hi in zip(cuts[:-1], cuts[1:]):  # the check draws' steps (if any), then batches of new proposals
+        new = lo >= m
+        if new:  # weigh proposals lo..hi - 1 (path indices lo + 1..hi) and draw their difficulties
+            th = path[lo + 1 : hi + 1]
+            logp = th @ model.keys.theta_lin - 0.5 * np.einsum("bj,bj->b", th, th)  # the blocks' part is added
+            b_batch, e = draw_difficulties(model.keys, model.blocks, th, b_rng, np.empty((hi - lo, I), b_out.dtype),
+                                           logp=logp)
+            lw[lo + 1 : hi + 1] = logp - proposal.log_density(th)
+            edge = max(edge, e)
+        run, n_acc = imh_chain(np.concatenate([lw[state : state + 1], lw[lo + 1 : hi + 1]]), log_u[0, lo:hi])
+        accepted += n_acc
+        at = np.where(run == 0, state, lo + run)  # the path index of each step's state
+        states[lo:hi] = at
+        if new:
+            for step in range(max(lo, burn_in), hi):
+                if run[step - lo] > 0:
+                    b_out[step - burn_in] = b_batch[run[step - lo] - 1]
+                elif held is not None:
+                    b_out[step - burn_in] = held
+            if run[-1] > 0:
+                held = b_batch[run[-1] - 1].copy()
+        state = int(at[-1])
+    kept = states[burn_in:]
+    earlier = np.flatnonzero(kept <= m)  # the start and the check draws: drawn now
+    if earlier.size:
+        which, where = np.unique(kept[earlier], return_inverse=True)
+        thetas = path[which]
+        b_earlier, e = draw_difficulties(model.keys, marginal.draw_blocks(thetas), thetas, b_rng,
+                                         np.empty((len(which), I), dtype=b_out.dtype))
+        b_out[earlier] = b_earlier[where.reshape(-1)]
+        edge = max(edge, e)
+    return path[kept], accepted / steps, edge
 
 
 # ------------------------------------------------------------------------------------------------ abilities: NUTS
