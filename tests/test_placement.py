@@ -246,3 +246,32 @@ def test_new_items_are_placed_under_the_benchmarks_own_population(tmp_path):
     hard = fit.b_mean > np.quantile(fit.b_mean, 0.9)
     paper = place_items(scale, resp.n_correct.T[hard], resp.n_trials.T[hard], prior=Population.paper())
     assert np.all(paper.b_mean < placed.b_mean[hard] - 0.1)
+
+
+@pytest.mark.parametrize("design", ["guessing, few trial rows", "plain, sparse", "two rates"])
+def test_a_chunks_log_densities_as_one_product_are_its_terms_summed(monkeypatch, design):
+    """grid_chunks yields, where a chunk has one guessing rate (or none), its keys' log densities as one product of
+    stacked terms; they are the terms of fast.grid_log_likelihood plus the prior less the shift, summed one by one
+    (the path for chunks of several rates), to round-off: with guessing and a few distinct trial rows, without
+    guessing on a sparse design, and a chunk of two rates (which takes the general path either way)."""
+    from benchfill.irt import placement as P
+
+    rng = np.random.default_rng(8)
+    J, K, S = 9, 300, 4
+    n = np.ones((K, J)) if design != "plain, sparse" else (rng.random((K, J)) < 0.6).astype(float)
+    n[:40, 0] = 0 if design == "guessing, few trial rows" else n[:40, 0]
+    y = (rng.random((K, J)) < 0.5) * n
+    c = {"guessing, few trial rows": np.full(K, 0.2), "plain, sparse": np.zeros(K),
+         "two rates": np.where(np.arange(K) % 2, 0.25, 0.0)}[design]
+    draws = rng.normal(0.0, 1.0, (S, J))
+    grid = np.linspace(-12.0, 12.0, 161)
+    log_prior = -0.5 * (grid / 2.5) ** 2
+    args = (n, y, y.sum(1), c, draws, grid, log_prior, 100, (0, K))
+    stacked = [(rows, s, ell.copy(), shift.copy()) for rows, s, _, ell, shift in P.grid_chunks(*args)]
+    monkeypatch.setattr(P, "_stacked_keys", lambda *a: None)  # every chunk the general way
+    summed = [(rows, s, ell.copy(), shift.copy()) for rows, s, _, ell, shift in P.grid_chunks(*args)]
+    assert len(stacked) == len(summed) == 3 * S
+    for (rows, s, ell, shift), (rows2, s2, ell2, shift2) in zip(stacked, summed):
+        assert (rows, s) == (rows2, s2)
+        np.testing.assert_allclose(shift, shift2, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(ell, ell2, rtol=0, atol=1e-9)

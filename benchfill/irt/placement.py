@@ -580,13 +580,47 @@ def grid_chunks(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarray, draw
         win, peak, reach = _chunk_window(n_k, y_k, r_k, c_k, centre, grid, log_prior, moved, trial_rows)
         g, lp = grid[win], log_prior[win]
         bounded = reach <= MAX_SHIFT_REACH
+        rates = np.unique(c_k)
+        # one guessing rate (or none) and a fixed shift: every term of a key's log density, the prior and the
+        # shift included, is one column of a single product per draw (:func:`_stacked_keys`), ~16 % faster than
+        # the product and three passes of additions over the (Kc, W) result
+        left = _stacked_keys(n_k, y_k, r_k, float(rates[0]), peak, trial_rows) if bounded and rates.size == 1 else None
         for s, theta in enumerate(draws):
             X, sp = (per_draw[s][0][:, win], per_draw[s][1][:, win]) if kept else _draw_terms(theta, g)
+            if left is not None:
+                yield rows, s, g, left @ _stacked_terms(X, sp, g, lp, float(rates[0]), trial_rows), peak
+                continue
             ell = fast.grid_log_likelihood(n_k, y_k, r_k, c_k, X, sp, g, trial_rows)
             ell += lp
             shift = peak if bounded else ell.max(1, keepdims=True)
             ell -= shift
             yield rows, s, g, ell, shift
+
+
+def _stacked_keys(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: float, shift: np.ndarray,
+                  trial_rows: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+    """The left factor (Kc, Q) of a chunk's log densities as one product, for keys (Kc, J) with one guessing rate
+    ``c`` (0: none): with guessing [y | trials | 1 | -shift], else [trials | r | 1 | -shift], where "trials" is
+    each key's row of n, or its one-hot choice among ``trial_rows``' distinct rows. :func:`_stacked_terms` is the
+    right factor (Q, W) under one draw."""
+    trials = n if trial_rows is None else np.eye(len(trial_rows[0]))[trial_rows[1]]
+    first = [y, trials] if c > 0 else [trials, r[:, None]]
+    return np.concatenate(first + [np.ones((len(n), 1)), -shift], axis=1)
+
+
+def _stacked_terms(X: np.ndarray, sp: np.ndarray, g: np.ndarray, log_prior: np.ndarray, c: float,
+                   trial_rows: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+    """The right factor (Q, W) of :func:`_stacked_keys` under one draw (X = theta_j - b (J, W), sp its softplus,
+    ``g`` the nodes, ``log_prior`` the prior's log density there): the terms of
+    :func:`benchfill.irt.fast.grid_log_likelihood` per model (or per distinct trial row), then the prior, then 1."""
+    if c > 0:
+        log_wrong = np.log1p(-c) - sp  # as fast.grid_log_likelihood: y . (right - wrong) + n . wrong
+        parts = [np.logaddexp(np.log(c), np.log1p(-c) + X - sp) - log_wrong, log_wrong]
+    else:
+        parts = [-sp, -g[None, :]]
+    if trial_rows is not None:
+        parts[1 if c > 0 else 0] = trial_rows[0] @ parts[1 if c > 0 else 0]
+    return np.concatenate(parts + [log_prior[None, :], np.ones((1, len(g)))], axis=0)
 
 
 def _draw_terms(theta: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
