@@ -45,7 +45,7 @@ real data) the abilities go to NUTS (nutpie) in whitened coordinates theta = the
 Under IMH each new proposal's log density and one draw of every difficulty given it come from one pass over the
 windows, and a kept state keeps the draw made when it was proposed (:func:`imh_chain_with_draws`): an independence
 sampler on the joint (theta, b) with the same acceptance ratio. The lattice terms are computed once per proposal
-instead of twice (MMLU-Pro 29 x 12,032 with c = 0.1: the fit 45.7 -> 39.3 s), at the price of a repeated state
+instead of twice (MMLU-Pro 29 x 12,032 with c = 0.1: `fit_irt` 45.7 -> 36.0 s, in-process), at the price of a repeated state
 repeating its b (min bulk / tail ESS of b there 2,379 -> 1,963 at acceptance 0.88).
 
 Difficulty draws use inverse-CDF sampling on each key's window: the log-density is linear inside each cell
