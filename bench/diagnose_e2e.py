@@ -144,7 +144,7 @@ def main() -> None:
         mem = run(cmd, env, args.timeout, code, memory=True)
         best = {**best, "rss_mb": mem["rss_mb"], "pss_mb": mem["pss_mb"], "polled_wall_s": mem["wall_s"]}
         rows.append((name, f"benchfill diagnose ({label})" if key != "suite" else f"benchfill suite ({label})", best))
-        print(f"{name}: {best['wall_s']:.1f} s, peak RSS {best['rss_mb']:.0f} MB, PSS {best['pss_mb']:.0f} MB",
+        print(f"{name}: {best['wall_s']:.2f} s, peak RSS {best['rss_mb']:.0f} MB, PSS {best['pss_mb']:.0f} MB",
               file=sys.stderr, flush=True)
         if key == "sim1000" and args.pymc:
             script = tmp / "pymc_whole.py"
@@ -166,7 +166,7 @@ def main() -> None:
         if name in pymc_wall and not cmd.startswith("PyMC"):
             ratio = f"**{pymc_wall[name] / r['wall_s']:.0f}x faster**"
         rss, pss = ("-", "-") if r["rss_mb"] != r["rss_mb"] else (f"{r['rss_mb']:.0f}", f"{r['pss_mb']:.0f}")
-        print(f"| {name} | {cmd} | {r['wall_s']:.1f} | {rss} | {pss} | {ratio} | {r['rc']} |")
+        print(f"| {name} | {cmd} | {r['wall_s']:.2f} | {rss} | {pss} | {ratio} | {r['rc']} |")
 
 
 if __name__ == "__main__":
