@@ -555,11 +555,11 @@ def test_an_independence_chain_draws_its_proposals_difficulties_as_it_weighs_the
     proposal = fast.laplace_proposal(mg.model, mg.mode, mg.cov, np.random.default_rng(1), n=400)
     first = (proposal.pool[:100], proposal.pool_log_w[:100])
     theta, _ = fast.sample_theta_imh(mg.model, proposal, 1, 50, 3000, np.random.default_rng(2), first)
-    b = np.empty((3000, 80), dtype=np.float32)
+    b = np.full((3000, 80), np.nan, dtype=np.float32)  # every row must be written
     ours, accept, edge = fast.imh_chain_with_draws(mg, proposal, 50, 3000, np.random.default_rng(2),
                                                    np.random.default_rng(3), first, b)
     np.testing.assert_array_equal(ours, theta[0])
-    assert 0.5 < accept < 1 and edge < -20
+    assert 0.5 < accept < 1 and edge < -20 and np.isfinite(b).all()
     stay = np.flatnonzero((np.diff(ours, axis=0) == 0).all(1))
     assert stay.size and np.array_equal(b[stay], b[stay + 1])
     assert np.isin(ours, first[0]).all(1).any()  # some states are check draws: drawn afterwards
