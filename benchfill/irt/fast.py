@@ -1495,10 +1495,12 @@ def imh_chain_with_draws(marginal: "Marginal", proposal: Proposal, burn_in: int,
     state, accepted, edge = 0, 0, -np.inf
     held: np.ndarray | None = None  # the b of the state the chain holds, where it is a new proposal
     batch = max(1, CHAIN_B_BUDGET // max(1, I))
-    # the compiled kernels where the whole chain's draws are large, as one call for all its draws would choose:
-    # a batch alone can fall below the threshold (OpenCompass 12 x 41,871 with c = 0.25, 191 proposals a batch:
-    # the numpy path took its fit from 28 to 41 s)
-    large = use_kernels((steps - m) * (model.n_nodes + I))
+    # the compiled kernels where the chain's window nodes are many over all its proposals: a batch alone can fall
+    # below the threshold (OpenCompass 12 x 41,871 with c = 0.25, 669,000 window nodes, 191 proposals a batch: the
+    # numpy path took its fit from 28 to 41 s); where the nodes are few and the items many (the same without
+    # guessing: 13 keys), numpy's batches were faster and leaner than the kernels (9.2 s / 1,186 MB against 9.7 s /
+    # 1,424 MB whole)
+    large = use_kernels((steps - m) * model.n_nodes)
     cuts = sorted({0, steps, *([m] if m < steps else []), *range(m + batch, steps, batch)})
     for lo, hi in zip(cuts[:-1], cuts[1:]):  # the check draws' steps (if any), then batches of new proposals
         new = lo >= m
