@@ -209,9 +209,9 @@ def test_a_large_sparse_designs_null_simulates_in_the_kernel_with_the_same_distr
 
 @pytest.mark.parametrize("packed", [True, False])
 def test_the_null_key_cache_integrates_each_distinct_row_once_and_returns_every_rows_mean(packed):
-    """The guessing null's cache (sorted int64 tags, merged by numpy) gives every row the mean its own integral
-    gives, integrates a row only the first time any call sees it (packed rows; unpacked ones once per call), and
-    keeps its tags sorted and unique."""
+    """The guessing null's cache (sorted tags, merged by numpy) gives every row the mean its own integral gives,
+    integrates a row only the first time any call sees it, and keeps its tags sorted and unique: rows packed into
+    one int64, and rows tagged by their bytes (too wide to pack)."""
     rng = np.random.default_rng(3)
     radices = np.array([3, 2, 2, 2, 2, 2, 2])
     weights = np.cumprod([1] + list(radices[:0:-1]))[::-1].astype(np.int64) if packed else None
@@ -232,11 +232,8 @@ def test_the_null_key_cache_integrates_each_distinct_row_once_and_returns_every_
         got = cache.means(rows, weights, integrate)
         np.testing.assert_allclose(got, value(rows), rtol=0, atol=1e-12)
         fresh = {tuple(r) for r in rows.tolist()}
-        if packed:
-            assert set(asked[len(asked) - len(fresh - seen):]) == fresh - seen  # only rows never seen before
-            seen |= fresh
-    if packed:
-        assert len(asked) == len(set(asked)) == len(seen)
-        assert np.all(np.diff(cache.tags) > 0) and len(cache.tags) == len(seen)
-    else:
-        assert len(cache.tags) == 0
+        assert set(asked[len(asked) - len(fresh - seen):]) == fresh - seen  # only rows never seen before
+        seen |= fresh
+    assert len(asked) == len(set(asked)) == len(seen)
+    assert cache.tags is not None and len(cache.tags) == len(seen) == len(np.unique(cache.tags))
+    assert np.all(np.searchsorted(cache.tags, cache.tags) == np.arange(len(cache.tags)))  # sorted

@@ -200,32 +200,33 @@ def design_null(theta_draws: np.ndarray, n_trials: np.ndarray, guessing: np.ndar
 
 class KeyCache:
     """The null's per-key posterior means, kept across chunks of replicates (MMLU-Pro with guessing: 200 x 12,032
-    items hold 1.2 M distinct count columns, half of them) as sorted arrays, looked up and merged by numpy: a dict
-    of the same keys cost ~3.5 s of Python per null there."""
+    items hold 1.2 M distinct count columns, half of them) as sorted arrays of the rows' tags, looked up and merged by
+    numpy: a dict of the same keys cost ~3.5 s of Python per null there."""
 
     def __init__(self) -> None:
-        self.tags = np.empty(0, dtype=np.int64)
+        self.tags: np.ndarray | None = None  # sorted, distinct
         self.values = np.empty(0)
 
     def means(self, rows: np.ndarray, weights: np.ndarray | None,
               integrate: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        """The mean of every row of ``rows`` (N, width): each distinct row integrated once (``integrate``: (K, width)
-        distinct rows -> (K,) means), here or in an earlier call. ``weights``: the mixed-radix weights that pack a
-        row into one int64 (then rows are cached across calls), or None where a row does not fit in 64 bits (each
-        call then integrates its own distinct rows)."""
-        if weights is None:
-            distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
-            return integrate(distinct)[inverse.reshape(-1)]
-        tags, first, inverse = np.unique(rows @ weights, return_index=True, return_inverse=True)
-        at = np.minimum(np.searchsorted(self.tags, tags), max(len(self.tags) - 1, 0))
-        found = self.tags[at] == tags if len(self.tags) else np.zeros(len(tags), dtype=bool)
+        """The mean of every row of ``rows`` (N, width) int64: each distinct row integrated once (``integrate``:
+        (K, width) distinct rows -> (K,) means), here or in an earlier call. A row's tag is its mixed-radix packing
+        into one int64 (``weights``), or where a row does not fit in 64 bits (None) its bytes."""
+        if weights is not None:
+            packed = rows @ weights
+        else:
+            packed = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+        tags, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+        known = tags[:0] if self.tags is None else self.tags
+        at = np.minimum(np.searchsorted(known, tags), max(len(known) - 1, 0))
+        found = known[at] == tags if len(known) else np.zeros(len(tags), dtype=bool)
         values = np.empty(len(tags))
         values[found] = self.values[at[found]]
         new = ~found
         if new.any():
             values[new] = integrate(rows[first[new]])
-            place = np.searchsorted(self.tags, tags[new])
-            self.tags = np.insert(self.tags, place, tags[new])
+            place = np.searchsorted(known, tags[new])
+            self.tags = np.insert(known, place, tags[new])
             self.values = np.insert(self.values, place, values[new])
         return values[inverse.reshape(-1)]
 
