@@ -615,10 +615,8 @@ def grid_log_likelihood(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarr
     ell = np.empty((n.shape[0], grid.size))
     if plain.any():
         ell[plain] = -n_dot(sp, plain) - r[plain, None] * grid[None, :]
-    # with guessing: y log(c + (1 - c) s) + (n - y) log((1 - c)(1 - s)) = y . (right - wrong) + n . wrong
     for cv in np.unique(c[~plain]):
-        log_wrong = np.log1p(-cv) - sp
-        gain = np.logaddexp(np.log(cv), np.log1p(-cv) + X - sp) - log_wrong
+        gain, log_wrong = guessing_terms(X, sp, float(cv))
         if c.size and c[0] == cv and c[-1] == cv and np.all(c == cv):  # one rate for all: no row copies
             np.matmul(y, gain, out=ell)
             ell += n_dot(log_wrong)
@@ -626,6 +624,14 @@ def grid_log_likelihood(n: np.ndarray, y: np.ndarray, r: np.ndarray, c: np.ndarr
         gi = np.flatnonzero(c == cv)
         ell[gi] = y[gi] @ gain + n_dot(log_wrong, gi)
     return ell
+
+
+def guessing_terms(X: np.ndarray, sp: np.ndarray, c: float) -> tuple[np.ndarray, np.ndarray]:
+    """A guessing item's log-likelihood per trial as y . gain + n . log_wrong: with guessing rate c > 0,
+    y log(c + (1 - c) s) + (n - y) log((1 - c)(1 - s)) = y . (right - wrong) + n . wrong. ``X`` = theta_j - b and
+    ``sp`` its softplus, (J, G) each; returns gain and log_wrong, (J, G) nats."""
+    log_wrong = np.log1p(-c) - sp
+    return np.logaddexp(np.log(c), np.log1p(-c) + X - sp) - log_wrong, log_wrong
 
 
 def block_log_density(thetas: np.ndarray, blk: Block) -> tuple[np.ndarray, np.ndarray]:
@@ -775,10 +781,15 @@ class MarginalModel:
     keys: ItemKeys
     blocks: tuple[Block, ...]
 
+    def ability_terms(self, thetas: np.ndarray) -> np.ndarray:
+        """The part of :meth:`logp_batch` outside the blocks, for (B, J) ability vectors -> (B,): the N(0, 1) prior
+        and the log-likelihood's part linear in theta."""
+        return thetas @ self.keys.theta_lin - 0.5 * np.einsum("bj,bj->b", thetas, thetas)
+
     def logp_batch(self, thetas: np.ndarray) -> np.ndarray:
         """log p(theta | y) (+ the constant of :meth:`logp_grad`) for (B, J) ability vectors -> (B,)."""
         thetas = np.atleast_2d(np.asarray(thetas, dtype=float))
-        out = thetas @ self.keys.theta_lin - 0.5 * np.einsum("bj,bj->b", thetas, thetas)
+        out = self.ability_terms(thetas)
         for blk in self.blocks:
             out += block_logp_batch(thetas, blk)
         return out
@@ -1506,7 +1517,7 @@ def imh_chain_with_draws(marginal: "Marginal", proposal: Proposal, burn_in: int,
         new = lo >= m
         if new:  # weigh proposals lo..hi - 1 (path indices lo + 1..hi) and draw their difficulties
             th = path[lo + 1 : hi + 1]
-            logp = th @ model.keys.theta_lin - 0.5 * np.einsum("bj,bj->b", th, th)  # the blocks' part is added
+            logp = model.ability_terms(th)  # draw_difficulties adds the blocks' part
             b_batch, e = draw_difficulties(model.keys, model.blocks, th, b_rng, np.empty((hi - lo, I), b_out.dtype),
                                            large_fit=large, logp=logp)
             lw[lo + 1 : hi + 1] = logp - proposal.log_density(th)
@@ -1669,8 +1680,8 @@ def draw_difficulties(keys: ItemKeys, blocks: list[Block] | tuple[Block, ...], t
         out: (S, I) array to fill (float64 or float32), or None for a new float64 one.
         large_fit: draw in the compiled kernels at any size (see :func:`use_kernels`).
         logp: (S,) array to which each block's log density at each ability vector is added, from the same pass
-            over the windows (with a model's blocks: :meth:`MarginalModel.logp_batch` less its prior and linear
-            terms), or None.
+            over the windows (with a model's blocks: :meth:`MarginalModel.logp_batch` less
+            :meth:`MarginalModel.ability_terms`), or None.
     Returns the draws and the largest edge-to-peak log density ratio seen (a coverage check; < -20 is fine).
     """
     S = theta_flat.shape[0]

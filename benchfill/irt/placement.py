@@ -613,13 +613,10 @@ def _stacked_terms(X: np.ndarray, sp: np.ndarray, g: np.ndarray, log_prior: np.n
     """The right factor (Q, W) of :func:`_stacked_keys` under one draw (X = theta_j - b (J, W), sp its softplus,
     ``g`` the nodes, ``log_prior`` the prior's log density there): the terms of
     :func:`benchfill.irt.fast.grid_log_likelihood` per model (or per distinct trial row), then the prior, then 1."""
-    if c > 0:
-        log_wrong = np.log1p(-c) - sp  # as fast.grid_log_likelihood: y . (right - wrong) + n . wrong
-        parts = [np.logaddexp(np.log(c), np.log1p(-c) + X - sp) - log_wrong, log_wrong]
-    else:
-        parts = [-sp, -g[None, :]]
+    parts = list(fast.guessing_terms(X, sp, c)) if c > 0 else [-sp, -g[None, :]]
+    per_trial = 1 if c > 0 else 0  # the term each trial adds (n . log_wrong; -n . sp)
     if trial_rows is not None:
-        parts[1 if c > 0 else 0] = trial_rows[0] @ parts[1 if c > 0 else 0]
+        parts[per_trial] = trial_rows[0] @ parts[per_trial]
     return np.concatenate(parts + [log_prior[None, :], np.ones((1, len(g)))], axis=0)
 
 
