@@ -175,6 +175,59 @@ def test_guessing_hessian_is_exact_and_mode_searches_stop_at_the_gradient_floor(
     assert mg.model.logp_grad(mg.mode)[0] >= mg.model.logp_grad(tight)[0] - 1e-4
 
 
+def test_the_guessing_hessian_skips_only_weights_below_round_off(monkeypatch):
+    """Each run of lattice nodes sums only the keys with weight there: the same Hessian as summing every key at
+    every node (HESSIAN_WEIGHT_FLOOR below any weight), to round-off, on the pilot's wide lattices where most
+    keys' weights vanish over most nodes."""
+    rng = np.random.default_rng(8)
+    theta = rng.normal(size=J)
+    b = rng.normal(size=300) * 2.5
+    n = rng.integers(1, 3, size=(J, 300))
+    y = rng.binomial(n, 0.2 + 0.8 * expit(theta[:, None] - b[None, :]))
+    keys = fast.reduce_items(y, n, np.full(300, 0.2))
+    pilot = fast.pilot_model(keys, theta, 14.0, TAILED)
+    assert all(blk.log_c is not None for blk in pilot.blocks)
+    for blk in pilot.blocks:  # what the floor leaves out: most (key, node) weights of the wide lattice
+        ell = fast.block_log_density(theta[None, :], blk)[0][0]
+        P = np.exp(ell - ell.max(1, keepdims=True))
+        assert np.mean(P / P.sum(1, keepdims=True) <= fast.HESSIAN_WEIGHT_FLOOR) > 0.3
+    skipped = fast._neg_hessian(pilot, theta)
+    monkeypatch.setattr(fast, "HESSIAN_WEIGHT_FLOOR", -1.0)
+    every = fast._neg_hessian(pilot, theta)
+    np.testing.assert_allclose(skipped, every, rtol=0, atol=1e-12 * np.abs(every).max())
+
+
+def test_the_mode_search_from_where_learning_ended_finds_the_same_model_sooner(monkeypatch):
+    """build_marginal started from the learned population's mode and curvature (fit_irt passes them) gives the
+    same mode, covariance and windows as a search from 0 with fewer log-density evaluations; fit_irt does pass them."""
+    from benchfill.irt import population
+
+    resp, _, _ = _simulate(400, 2, 0.25, seed=11)
+    keys = fast.reduce_items(resp.n_correct, resp.n_trials, np.full(400, 0.25))
+    prior, start = population.learn_population(keys, "spline")
+    calls = {"n": 0}
+    logp_grad = fast.MarginalModel.logp_grad
+
+    def counted(self, theta):
+        calls["n"] += 1
+        return logp_grad(self, theta)
+
+    monkeypatch.setattr(fast.MarginalModel, "logp_grad", counted)
+    cold = fast.build_marginal(keys, prior)
+    n_cold, calls["n"] = calls["n"], 0
+    warm = fast.build_marginal(keys, prior, start)
+    assert calls["n"] < n_cold
+    np.testing.assert_allclose(warm.mode, cold.mode, atol=1e-5)
+    np.testing.assert_allclose(warm.cov, cold.cov, rtol=1e-3, atol=1e-6 * np.abs(cold.cov).max())
+    assert warm.model.n_nodes == pytest.approx(cold.model.n_nodes, rel=0.02)
+    seen = []
+    build = fast.build_marginal
+    monkeypatch.setattr(fast, "build_marginal", lambda k, p, s=None: seen.append(s) or build(k, p, s))
+    fit_irt(resp, IRTSpec(guessing=np.full(400, 0.25)), SamplerSettings(chains=2, draws=50, tune=20))
+    assert len(seen) == 1 and isinstance(seen[0], fast.ModeStart)
+    np.testing.assert_allclose(seen[0].theta, start.theta, atol=1e-12)
+
+
 class _BigQuadratic:
     """log p = C - (theta - m)' A (theta - m) / 2 with C = -1.8e6 (a 1,000 x 5,000 fit's size) and 1e-9 nats of
     summation noise on log p (its round-off at that size); the gradient is exact."""

@@ -17,8 +17,10 @@ THETA12 = np.linspace(-2.5, 2.5, 12)
 
 
 def _learn(b: np.ndarray, rollouts: int, kind: str = "spline", seed: int = 1) -> tuple[Population, np.ndarray]:
+    """The population learned from 12 models' answers on difficulties ``b``, and the abilities' mode under it."""
     resp = simulate_responses(THETA12, b, rollouts, seed=seed)
-    return population.learn_population(fast.reduce_items(resp.n_correct, resp.n_trials), kind)
+    prior, mode = population.learn_population(fast.reduce_items(resp.n_correct, resp.n_trials), kind)
+    return prior, mode.theta
 
 
 def test_a_population_is_a_normalised_density_and_round_trips():

@@ -41,11 +41,11 @@ def test_the_population_learned_from_the_start_curvature_is_the_exact_hessians(m
     """The mode search stops on the gradient, so where it starts changes the steps, not the population."""
     y, n, _ = _sparse(40, 300, seed=5)
     keys = fast.reduce_items(y, n)
-    quick, theta_quick = population.learn_population(keys, "normal")
+    quick, mode_quick = population.learn_population(keys, "normal")
     monkeypatch.setattr(population, "START_CURVATURE_MODELS", 10_000)  # the exact Hessian's path
-    slow, theta_slow = population.learn_population(keys, "normal")
+    slow, mode_slow = population.learn_population(keys, "normal")
     assert quick.mu == pytest.approx(slow.mu, abs=1e-6) and quick.sigma == pytest.approx(slow.sigma, abs=1e-6)
-    np.testing.assert_allclose(theta_quick, theta_slow, atol=1e-5)
+    np.testing.assert_allclose(mode_quick.theta, mode_slow.theta, atol=1e-5)
 
 
 def test_softplus_sums_with_a_weight_per_key_match_the_direct_sums():

@@ -851,6 +851,7 @@ def block_neg_hessian(theta: np.ndarray, blk: Block) -> np.ndarray:
 
 
 HESSIAN_NODE_CHUNK = 32  # lattice nodes per step of :func:`guessing_neg_hessian` (temporaries nodes x keys x J)
+HESSIAN_WEIGHT_FLOOR = 1e-20  # a key's normalised node weight below which :func:`guessing_neg_hessian` skips it
 
 
 def guessing_neg_hessian(theta: np.ndarray, blk: Block) -> np.ndarray:
@@ -881,11 +882,22 @@ def guessing_neg_hessian(theta: np.ndarray, blk: Block) -> np.ndarray:
     # E[-d2 ell], summed over keys with their multiplicities: the diagonal
     diag = np.einsum("jl,jl->j", N.T @ W, SG * (1.0 - SG)) - np.einsum("jl,jl->j", Y.T @ W, QS * (1.0 - QS))
     A = N * (Pl @ SG.T) + Y * (Pl @ QS.T)  # (Kb, J): E_k[-f]
-    second = np.zeros((len(theta), len(theta)))  # sum_k mult_k E_k[f f^T]
+    J = len(theta)
+    second = np.zeros((J, J))  # sum_k mult_k E_k[f f^T]
+    # a key's weights live on its own conditional's few dozen nodes of the (pilot's ~600-node) lattice: each run of
+    # nodes takes only the keys with a weight there above HESSIAN_WEIGHT_FLOOR of their unit mass (what is left
+    # out is below round-off), and its sum is one matrix product over (node, key) rows
+    live = Pl > HESSIAN_WEIGHT_FLOOR
     for g0 in range(0, len(grid), HESSIAN_NODE_CHUNK):
         g = slice(g0, g0 + HESSIAN_NODE_CHUNK)
-        U = N[None, :, :] * SG[:, g].T[:, None, :] + Y[None, :, :] * QS[:, g].T[:, None, :]  # (nodes, Kb, J)
-        second += np.einsum("gkj,gkl->jl", U * W[:, g].T[:, :, None], U, optimize=True)
+        ks = np.flatnonzero(live[:, g].any(axis=1))
+        if ks.size == 0:
+            continue
+        # C-ordered factors, so the products come out C-ordered and reshape without copying
+        sg, qs, w = (np.ascontiguousarray(a[..., g].T) for a in (SG, QS, W[ks]))  # (G, J), (G, J), (G, k)
+        U = N[ks][None, :, :] * sg[:, None, :]
+        U += Y[ks][None, :, :] * qs[:, None, :]  # (G, k, J)
+        second += (U * w[:, :, None]).reshape(-1, J).T @ U.reshape(-1, J)
     cov = second - A.T @ (A * blk.mult[:, None])
     return np.diag(diag) - cov
 
@@ -915,6 +927,12 @@ def _neg_hessian(model: MarginalModel, theta: np.ndarray, eps: float = 1e-4) -> 
             D[j] = (grad(theta + e) - grad(theta - e)) / (2 * eps)
         H -= D
     return (H + H.T) / 2
+
+
+def hessian_is_analytic(model: MarginalModel) -> bool:
+    """Whether :func:`_neg_hessian` is exact in closed form for every block of ``model`` (shared trials, or guessing)
+    rather than 2 J gradients by central differences (keys with their own trials and no guessing)."""
+    return all(blk.log_c is not None or blk.n_shared is not None for blk in model.blocks)
 
 
 def _positive_definite(H: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1269,20 +1287,31 @@ def pilot_model(keys: ItemKeys, theta: np.ndarray, half: float, prior: Populatio
     return MarginalModel(keys, tuple(_full_blocks(keys, *pilot_range(theta, half, prior), prior)))
 
 
-def build_marginal(keys: ItemKeys, prior: Population, theta0: np.ndarray | None = None) -> Marginal:
+@dataclass(frozen=True)
+class ModeStart:
+    """Where a mode search of the abilities ended, for a later search on a nearby model (the same keys under the
+    population learned from them) to start from: ``theta`` (J,) the mode, ``cov`` (J, J) the inverse of the
+    curvature the search held there (logits^2; a quasi-Newton estimate or the exact Hessian's inverse)."""
+
+    theta: np.ndarray
+    cov: np.ndarray
+
+
+def build_marginal(keys: ItemKeys, prior: Population, start: ModeStart | None = None) -> Marginal:
     """Pilot on wide fixed lattices -> mode and covariance of theta -> per-key windows -> the fast model.
-    ``theta0``: where the mode search starts (default 0)."""
+    ``start``: where the mode search starts and its first curvature (default: 0 and the exact Hessian there)."""
     J = keys.n.shape[1]
-    theta = np.zeros(J) if theta0 is None else np.asarray(theta0, dtype=float).copy()
+    theta = np.zeros(J) if start is None else np.asarray(start.theta, dtype=float).copy()
+    cov0 = None if start is None else start.cov
     half = 14.0
     for _ in range(6):
         lo, hi = pilot_range(theta, half, prior)
         pilot = MarginalModel(keys, tuple(_full_blocks(keys, lo, hi, prior)))
-        theta_new, cov = _mode_and_cov(pilot, theta)
+        theta_new, cov = _mode_and_cov(pilot, theta, cov0=cov0)
         try:
             win = key_windows(keys, theta_new, lo, hi, prior)
         except _RangeTooNarrow:
-            theta, half = theta_new, half * 1.5
+            theta, cov0, half = theta_new, cov, half * 1.5
             continue
         theta = theta_new
         break
@@ -1290,8 +1319,9 @@ def build_marginal(keys: ItemKeys, prior: Population, theta0: np.ndarray | None 
         raise RuntimeError("could not bracket the conditional posteriors of the difficulties")
     model = MarginalModel(keys, tuple(build_blocks(keys, win, cov_margins(cov), prior,
                                                    reach=SHIFT_SDS * float(np.sqrt(np.diag(cov).max())))))
-    # the mode again on the fast lattices (the same function to ~1e-12), for the proposal / NUTS whitening
-    theta, cov = _mode_and_cov(model, theta)
+    # the mode again on the fast lattices (the same function to ~1e-12), for the proposal / NUTS whitening; its
+    # search starts from the pilot's exact curvature at the same mode (its own Hessian is taken at the end)
+    theta, cov = _mode_and_cov(model, theta, cov0=cov)
     return Marginal(model, theta, cov, win, half, prior)
 
 
@@ -1996,7 +2026,8 @@ def check_fast_spec(spec: IRTSpec) -> None:
         raise ValueError("sampler 'fast' needs fixed guessing rates (estimate_guessing=True); use method 'pymc' or 'nutpie'")
 
 
-def fit_fast(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings) -> IRTFit:
+def fit_fast(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings,
+             start: ModeStart | None = None) -> IRTFit:
     """Exact 1PL posterior (same model as the PyMC reference) by quadrature + IMH (or NUTS) on the abilities.
 
     ``settings``: ``chains`` x ``draws`` kept draws; each chain first discards min(``tune``, 100) states (an
@@ -2004,7 +2035,8 @@ def fit_fast(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings
     checked beforehand on 1,000 importance draws). ``target_accept`` applies to the NUTS fallback only.
 
     Returns an :class:`IRTFit` with theta (C, S, J) float64 and b (C, S, I) float32 draws, logits. ``fit.extra["fast"]`` holds the engine ("imh" or "nuts"), each chain's acceptance
-    rate, the proposal's importance efficiency, timings and quadrature facts.
+    rate, the proposal's importance efficiency, timings and quadrature facts. ``start``: where the abilities' mode
+    search starts (learning the population found it: :func:`benchfill.irt.population.learn_population`).
     """
     check_fast_spec(spec)
     from threadpoolctl import threadpool_limits
@@ -2013,16 +2045,17 @@ def fit_fast(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings
     # worker processes or other programs for the cores (measured on a loaded 2-core machine: the set-up of a
     # 1,721-key guessing fit 0.09 s with one thread, 2.7 s with two; a batch of log densities 2.2x faster)
     with threadpool_limits(limits=1):
-        return _fit_fast(responses, spec, settings)
+        return _fit_fast(responses, spec, settings, start)
 
 
-def _fit_fast(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings) -> IRTFit:
+def _fit_fast(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings, start: ModeStart | None
+              ) -> IRTFit:
     t0 = time.perf_counter()
     keys = reduce_items(responses.n_correct, responses.n_trials, spec.guessing)
     I = len(responses.item_ids)
     if settings.chains * settings.draws * I >= PARALLEL_MIN_DRAWS or keys.n_keys >= PARALLEL_MIN_KEYS:
         _warm_forkserver()  # its start-up (~1 s of imports in another process) overlaps the set-up below
-    marginal = build_marginal(keys, spec.population_prior)
+    marginal = build_marginal(keys, spec.population_prior, start)
     model = marginal.model
     rng = np.random.default_rng(np.random.SeedSequence([settings.seed, 0xADA]))
     check_work = CHECK_DRAWS * model.n_nodes  # window nodes the check draws' densities visit

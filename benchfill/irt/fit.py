@@ -37,32 +37,43 @@ def fit_irt(responses: ResponseMatrix, spec: IRTSpec | None = None, settings: Sa
     if spec.guessing is not None and len(spec.guessing) != len(responses.item_ids):
         raise ValueError("spec.guessing must have one entry per item")
     start = time.perf_counter()
-    spec = with_population(responses, spec, settings.seed)
+    spec, mode = learned_population(responses, spec, settings.seed)
     learned_s = time.perf_counter() - start
-    fit = SAMPLERS[settings.method](responses, spec, settings)
+    if settings.method == "fast" and mode is not None:  # the exact engine's mode search starts where learning ended
+        fit = _fit_exact(responses, spec, settings, mode)
+    else:
+        fit = SAMPLERS[settings.method](responses, spec, settings)
     fit.wall_time_s = time.perf_counter() - start
     fit.extra["population_s"] = learned_s
     return fit
 
 
-def _fit_exact(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings) -> IRTFit:
+def _fit_exact(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings,
+               start: fast.ModeStart | None = None) -> IRTFit:
     """The "fast" sampler: the quadrature engine with independence MH on the abilities
     (:func:`benchfill.irt.fast.fit_fast`) at the paper's scale, two-block Gibbs (:func:`benchfill.irt.gibbs.fit_gibbs`)
     from ``GIBBS_MIN_MODELS`` models, where a joint proposal for the abilities no longer fits (with guessing too, by
     data augmentation)."""
     if gibbs.use_gibbs(len(responses.models)):
         return gibbs.fit_gibbs(responses, spec, settings)
-    return fast.fit_fast(responses, spec, settings)
+    return fast.fit_fast(responses, spec, settings, start)
 
 
 def with_population(responses: ResponseMatrix, spec: IRTSpec, seed: int = 0) -> IRTSpec:
     """``spec`` with its difficulty population learned from ``responses`` (unchanged when it already has one, or
     asks for the paper's fixed N(0, 1)). The population is learned under the 1PL with the spec's fixed guessing
     (for a 2PL or estimated guessing too: the population is about where items lie, which the 1PL measures)."""
+    return learned_population(responses, spec, seed)[0]
+
+
+def learned_population(responses: ResponseMatrix, spec: IRTSpec, seed: int = 0
+                       ) -> tuple[IRTSpec, fast.ModeStart | None]:
+    """:func:`with_population`, and where it learned the population, the abilities' mode it ended on (None where
+    nothing was learned)."""
     from dataclasses import replace
 
     if spec.prior is not None or spec.population == "paper":
-        return spec
+        return spec, None
     from threadpoolctl import threadpool_limits
 
     keys = fast.reduce_items(responses.n_correct, responses.n_trials, spec.guessing)
@@ -71,8 +82,8 @@ def with_population(responses: ResponseMatrix, spec: IRTSpec, seed: int = 0) -> 
     # made each one 10-30x slower (measured on 2 shared cores, 1,000 models: a Cholesky factorisation and solve
     # 0.05 s on one thread, 0.1-1.6 s on two; the population of 1,000 x 5,000 took 9 to 124 s on two threads)
     with threadpool_limits(limits=1):
-        prior, _ = population.learn_population(keys, spec.population, seed)
-    return replace(spec, prior=prior)
+        prior, mode = population.learn_population(keys, spec.population, seed)
+    return replace(spec, prior=prior), mode
 
 
 # ------------------------------------------------------------------------------------------ the PyMC model
