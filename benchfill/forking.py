@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Generic, Sequence, TypeVar
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -167,6 +167,55 @@ def forked_map(fn: Callable[[P], R], parts: Sequence[P]) -> list[R]:
         proc.join()
         out.append(value if ok else fn(part))
     return out
+
+
+class ForkedCall(Generic[R]):
+    """``fn()`` started now in a forked child (where fork is safe, see :func:`start_method`) and collected later by
+    :meth:`result`, so this process goes on with other work meanwhile. Where fork is not safe, or the child fails
+    (its error, its death), ``fn()`` runs in this process when the result is asked for, so its own error, if any,
+    reaches the user the usual way. The child is not daemonic (it may fork workers of its own) and ends with this
+    process however that ends (:func:`die_with_parent`); :meth:`close` ends it early where its result is not
+    wanted."""
+
+    def __init__(self, fn: Callable[[], R]) -> None:
+        import multiprocessing as mp
+
+        self._fn = fn
+        self._proc: Any = None
+        self._recv: Any = None
+        if start_method() != "fork":
+            return
+        ctx = mp.get_context("fork")
+        self._recv, send = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=_forked_child, args=(lambda _: fn(), None, send, os.getpid()))
+        self._proc.start()
+        send.close()
+
+    @property
+    def forked(self) -> bool:
+        """Whether a child is computing the result (False: :meth:`result` will compute it here)."""
+        return self._proc is not None
+
+    def result(self) -> R:
+        """The child's result (waiting for it), or ``fn()`` computed here."""
+        if self._proc is None:
+            return self._fn()
+        try:
+            ok, value = self._recv.recv()
+        except (EOFError, OSError):
+            ok, value = False, None
+        self.close()
+        return value if ok else self._fn()
+
+    def close(self) -> None:
+        """End the child now if it still runs (its result no longer wanted); idempotent."""
+        if self._proc is None:
+            return
+        self._recv.close()
+        if self._proc.is_alive():
+            self._proc.terminate()
+        self._proc.join()
+        self._proc = None
 
 
 def forked_ranges(fn: Callable[[tuple[int, int]], tuple[Any, ...]], n: int, processes: int) -> tuple[Any, ...]:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import benchfill.irt.fast as fast
-from benchfill.forking import forked_map, start_method
+from benchfill.forking import ForkedCall, forked_map, start_method
 from benchfill.irt.convergence import rank_diagnostics
 from benchfill.irt.fit import fit_irt
 from benchfill.irt.model import SamplerSettings
@@ -59,6 +59,44 @@ def test_a_part_whose_child_fails_is_redone_here():
         return k * 10
 
     assert forked_map(fn, [0, 1, 2]) == [0, 10, 20]
+
+
+@needs_fork
+def test_a_forked_call_runs_beside_this_process_and_falls_back_here():
+    """Its result comes from a child started at once (where no thread is alive); a child that fails, or is killed,
+    leaves the work to this process; close() ends a child whose result is not wanted; a thread alive: no child."""
+    import signal
+    import time
+
+    parent = os.getpid()
+    if threading.active_count() == 1:
+        call = ForkedCall(lambda: (os.getpid(), 42))
+        assert call.forked
+        pid, value = call.result()
+        assert value == 42 and pid != parent and not call.forked
+
+        def fails():
+            if os.getpid() != parent:
+                raise MemoryError("the child ran out")
+            return "here"
+
+        assert ForkedCall(fails).result() == "here"
+        killed = ForkedCall(lambda: (time.sleep(30), "child")[1] if os.getpid() != parent else "here")
+        os.kill(killed._proc.pid, signal.SIGKILL)
+        assert killed.result() == "here"
+        slow = ForkedCall(lambda: time.sleep(30))
+        child = slow._proc
+        started = time.perf_counter()
+        slow.close()
+        assert not child.is_alive() and time.perf_counter() - started < 10 and not slow.forked
+        slow.close()  # idempotent
+    stop, t = _alive_thread()
+    try:
+        call = ForkedCall(lambda: os.getpid())
+        assert not call.forked and call.result() == parent
+    finally:
+        stop.set()
+        t.join()
 
 
 def test_rank_diagnostics_split_over_processes_equal_one_process():

@@ -150,6 +150,31 @@ def test_counts_from_a_plain_1pl_favour_no_guessing(plain_world):
     assert cmp.posterior_no_guessing == {k: p.mean for k, p in dg0.posterior.items()}
 
 
+def test_the_no_guessing_side_computed_beside_the_fit_gives_the_same_comparison(monkeypatch):
+    """From OVERLAP_MIN_CELLS cells the c = 0 fit runs in a forked child while the fit with guessing runs: the
+    same comparison, to the bit, as computing it after (only the time differs)."""
+    from benchfill.diagnostics import report
+    from benchfill.forking import start_method
+
+    resp = simulate_responses(THETA12[:6], np.linspace(-2, 2, 60), 2, guessing=0.25, seed=3)
+    monkeypatch.setattr(report, "OVERLAP_MIN_CELLS", 10**12)
+    after = bf.diagnose(resp, guessing=0.25, **QUICK)
+    calls = []
+
+    class Spy(report.ForkedCall):
+        def __init__(self, fn):
+            super().__init__(fn)
+            calls.append(self.forked)
+
+    monkeypatch.setattr(report, "OVERLAP_MIN_CELLS", 0)
+    monkeypatch.setattr(report, "ForkedCall", Spy)
+    beside = bf.diagnose(resp, guessing=0.25, **QUICK)
+    assert calls == [start_method() == "fork"]  # forked wherever fork is safe here
+    a, b = (dg.guessing_comparison.model_dump(exclude={"wall_time_s"}) for dg in (after, beside))
+    assert a == b
+    assert beside.advice == after.advice and beside.verdicts == after.verdicts
+
+
 def test_no_comparison_when_asked_not_to():
     resp = simulate_responses(THETA12[:6], np.linspace(-2, 2, 60), 2, guessing=0.25, seed=3)
     dg = bf.diagnose(resp, guessing=0.25, compare_guessing=False, **QUICK)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -27,6 +28,7 @@ from benchfill.diagnostics.null import (
     key_floor,
     summarise_null,
 )
+from benchfill.forking import ForkedCall
 from benchfill.irt.checks import Check, run_checks
 from benchfill.irt.fast import reduce_items, unique_rows
 from benchfill.irt.fit import fit_irt
@@ -566,40 +568,79 @@ def has_fixed_guessing(spec: IRTSpec) -> bool:
     return spec.kind == "1pl" and spec.has_guessing and not spec.estimate_guessing
 
 
-def compare_with_no_guessing(responses: ResponseMatrix, fit: IRTFit, top_gaps: int = 10) -> GuessingComparison:
-    """The 1PL refitted without guessing (c = 0; the same population kind, sampler settings and seed, so its
-    verdicts are those ``--guessing 0`` prints; a NUTS fit's comparison uses the fast engine), and which of the two
-    the counts favour by leave-one-item-out elpd (:mod:`benchfill.diagnostics.guessing`). ``fit``: the fit with
-    guessing (its exact per-key difficulties computed). Costs one fast fit without guessing (cheaper than the
-    one with it: fewer likelihood keys), its null and two lattice integrals per item and ability draw."""
+@dataclass(frozen=True)
+class NoGuessingSide:
+    """What :func:`compare_with_no_guessing` needs of the 1PL refitted without guessing: it depends on the data and
+    settings only, not on the fit with guessing, so it can be computed beside that fit (in a forked child: every
+    field pickles).
+
+    Attributes:
+        elpd: (K,) leave-one-item-out elpd per key of :func:`benchfill.diagnostics.guessing.count_keys`, nats.
+        pareto_k: the worst Pareto k-hat of its importance ratios (None with < 10 draws).
+        loglik_at_mean: log-likelihood of the counts at the c = 0 fit's posterior means, nats.
+        verdicts, posterior_means: the c = 0 fit's verdicts and metrics' posterior means (None for a MAP preview).
+        wall_time_s: what computing all this took, seconds.
+    """
+
+    elpd: np.ndarray
+    pareto_k: float | None
+    loglik_at_mean: float
+    verdicts: dict[str, str]
+    posterior_means: dict[str, float] | None
+    wall_time_s: float
+
+
+def fit_without_guessing(responses: ResponseMatrix, spec: IRTSpec, settings: SamplerSettings,
+                         top_gaps: int = 10) -> NoGuessingSide:
+    """The c = 0 side of :func:`compare_with_no_guessing` for a fit of ``spec`` (a 1PL with fixed guessing) with
+    ``settings``: the plain 1PL with the same population kind, sampler settings and seed (so its verdicts are those
+    ``--guessing 0`` prints; a NUTS fit's comparison uses the fast engine), its diagnosis and its per-key LOO."""
     from dataclasses import replace
 
     clock = time.perf_counter()
-    settings = fit.settings if fit.settings.method in ("fast", "map") else replace(fit.settings, method="fast")
-    plain = fit_irt(responses, IRTSpec(kind="1pl", population=fit.spec.population), settings)
+    settings = settings if settings.method in ("fast", "map") else replace(settings, method="fast")
+    plain = fit_irt(responses, IRTSpec(kind="1pl", population=spec.population), settings)
     exact_item_moments(plain, responses)
     plain_dg = build_diagnosis(responses, plain, [], top_gaps=top_gaps, seed=settings.seed)
+    c = np.asarray(spec.guessing, dtype=float)
+    y, n, key_c, _ = G.count_keys(responses.n_correct, responses.n_trials, c)
+    ll_0 = G.item_log_marginals(thin_draws(plain.flat("theta"), G.LOO_DRAWS), y, n, np.zeros_like(key_c),
+                                plain.spec.population_prior)
+    return NoGuessingSide(
+        elpd=G.loo_from_draws(ll_0), pareto_k=G.worst_pareto_k(ll_0),
+        loglik_at_mean=G.loglik_at(plain.theta_mean, plain.b_mean, np.zeros_like(c), responses.n_correct,
+                                   responses.n_trials),
+        verdicts=dict(plain_dg.verdicts),
+        posterior_means=None if plain_dg.posterior is None else {k: p.mean for k, p in plain_dg.posterior.items()},
+        wall_time_s=time.perf_counter() - clock)
+
+
+def compare_with_no_guessing(responses: ResponseMatrix, fit: IRTFit, top_gaps: int = 10,
+                             plain: NoGuessingSide | None = None) -> GuessingComparison:
+    """The 1PL refitted without guessing (:func:`fit_without_guessing`, or ``plain`` where it was computed
+    already), and which of the two the counts favour by leave-one-item-out elpd
+    (:mod:`benchfill.diagnostics.guessing`). ``fit``: the fit with guessing (its exact per-key difficulties
+    computed). Costs one fast fit without guessing (cheaper than the one with it: fewer likelihood keys), its null
+    and two lattice integrals per item and ability draw. ``wall_time_s``: the c = 0 side's own time plus this
+    call's."""
+    clock = time.perf_counter()
+    plain = plain if plain is not None else fit_without_guessing(responses, fit.spec, fit.settings, top_gaps)
     c = fit.guessing_vector()
     y, n, key_c, item_key = G.count_keys(responses.n_correct, responses.n_trials, c)
     ll_c = G.item_log_marginals(thin_draws(fit.flat("theta"), G.LOO_DRAWS), y, n, key_c, fit.spec.population_prior)
-    ll_0 = G.item_log_marginals(thin_draws(plain.flat("theta"), G.LOO_DRAWS), y, n, np.zeros_like(key_c),
-                                plain.spec.population_prior)
-    elpd_c, elpd_0 = G.loo_from_draws(ll_c), G.loo_from_draws(ll_0)  # (K,) per key, nats
-    delta, se = G.elpd_difference(elpd_c, elpd_0, item_key)
+    elpd_c = G.loo_from_draws(ll_c)  # (K,) per key, nats
+    delta, se = G.elpd_difference(elpd_c, plain.elpd, item_key)
     mult = np.bincount(item_key, minlength=len(key_c))  # items per key
-    ks = [k for k in (G.worst_pareto_k(ll_c), G.worst_pareto_k(ll_0)) if k is not None]
+    ks = [k for k in (G.worst_pareto_k(ll_c), plain.pareto_k) if k is not None]
     return GuessingComparison(
         guessing=float(np.max(c)), n_items=len(item_key),
-        elpd_guessing=float(mult @ elpd_c), elpd_no_guessing=float(mult @ elpd_0),
+        elpd_guessing=float(mult @ elpd_c), elpd_no_guessing=float(mult @ plain.elpd),
         delta_elpd=delta, se_delta=se, preferred="guessing" if delta > 0 else "no guessing",
         clear=G.is_clear(delta, se), pareto_k_max=max(ks) if ks else None,
         loglik_at_mean_guessing=G.loglik_at(fit.theta_mean, fit.b_mean, c, responses.n_correct, responses.n_trials),
-        loglik_at_mean_no_guessing=G.loglik_at(plain.theta_mean, plain.b_mean, np.zeros_like(c),
-                                               responses.n_correct, responses.n_trials),
-        verdicts_no_guessing=dict(plain_dg.verdicts),
-        posterior_no_guessing=None if plain_dg.posterior is None else {
-            k: p.mean for k, p in plain_dg.posterior.items()},
-        wall_time_s=round(time.perf_counter() - clock, 3))
+        loglik_at_mean_no_guessing=plain.loglik_at_mean,
+        verdicts_no_guessing=dict(plain.verdicts), posterior_no_guessing=plain.posterior_means,
+        wall_time_s=round(plain.wall_time_s + time.perf_counter() - clock, 3))
 
 
 def diagnose(
@@ -621,6 +662,25 @@ def diagnose(
     settings = settings or SamplerSettings()
     stage = on_stage or _no_stage
     J, I = responses.shape
+    plain: ForkedCall[NoGuessingSide] | None = None
+    if compare_guessing and has_fixed_guessing(spec or IRTSpec()) and J * I >= OVERLAP_MIN_CELLS:
+        # the c = 0 side needs only the data: computed in a forked child beside the fit with guessing, whose
+        # population and mode searches leave a core free (MMLU-Pro 29 x 12,032: ~5 s of one core)
+        plain = ForkedCall(lambda: fit_without_guessing(responses, spec or IRTSpec(), settings, top_gaps))
+    try:
+        return _diagnose(responses, spec, settings, top_gaps, stage, on_picture, compare_guessing, plain)
+    finally:
+        if plain is not None:
+            plain.close()
+
+
+OVERLAP_MIN_CELLS = 100_000  # cells from which the c = 0 comparison is fitted in a child beside the main fit
+
+
+def _diagnose(responses: ResponseMatrix, spec: IRTSpec | None, settings: SamplerSettings, top_gaps: int,
+              stage: StageFn, on_picture: PictureFn | None, compare_guessing: bool,
+              plain: ForkedCall[NoGuessingSide] | None) -> tuple[Diagnosis, IRTFit]:
+    J, I = responses.shape
     stage(f"fitting IRT ({settings.method}: {settings.chains} chains x {settings.draws:,} draws, {J} models x "
           f"{I:,} items)")
     clock = time.perf_counter()
@@ -632,7 +692,7 @@ def diagnose(
     timings["exact_b"] = time.perf_counter() - clock
     # the report (metrics, null, verdicts) first, so that the painter draws the picture while the checks run
     dg = build_diagnosis(responses, fit, [], top_gaps=top_gaps, seed=settings.seed, timings=timings,
-                         on_stage=on_stage, on_picture=on_picture)
+                         on_stage=stage, on_picture=on_picture)
     stage("checks R1-R4 (data, posterior predictive) and M1-M4 (convergence)")
     clock = time.perf_counter()
     check_times: dict[str, float] = {}
@@ -643,9 +703,11 @@ def diagnose(
     dg.timings.update({f"check_{k}": round(v, 3) for k, v in check_times.items()})
     if compare_guessing and has_fixed_guessing(fit.spec):
         stage("which fits the counts better: the 1PL refitted without guessing (c = 0)")
-        cmp = compare_with_no_guessing(responses, fit, top_gaps)
+        clock = time.perf_counter()
+        cmp = compare_with_no_guessing(responses, fit, top_gaps, None if plain is None else plain.result())
         dg.guessing_comparison = cmp
         dg.advice.insert(0, guessing_advice(cmp.guessing, cmp.delta_elpd, cmp.se_delta, cmp.n_items, cmp.clear,
                                             dg.verdicts, cmp.verdicts_no_guessing))
-        dg.timings["compare_guessing"] = cmp.wall_time_s
+        # this stage's wait (the c = 0 side may have run beside the fit: its own time is cmp.wall_time_s)
+        dg.timings["compare_guessing"] = round(time.perf_counter() - clock, 3)
     return dg, fit
