@@ -61,7 +61,8 @@ class GuessingComparison(BaseModel):
     verdicts_no_guessing: dict[str, str] = Field(description="the verdicts of the c = 0 fit (as `--guessing 0`)")
     posterior_no_guessing: dict[str, float] | None = Field(
         None, description="the metrics' posterior means under c = 0 (null for a MAP preview)")
-    wall_time_s: float = 0.0
+    wall_time_s: float = Field(0.0, description="seconds the comparison took: the c = 0 side's own time (it may "
+                                                "run beside the fit with guessing) plus this side's leave-one-out")
 
 
 def count_keys(n_correct: np.ndarray, n_trials: np.ndarray, guessing: np.ndarray
