@@ -96,3 +96,43 @@ def test_p_inside_is_calibrated_for_planted_children(gap, offset, spread, rollou
         se_high = np.sqrt(p[high].mean() * (1 - p[high].mean()) / high.sum())
         print(f"P >= 0.8: {high.sum()} children, mean P {p[high].mean():.3f}, truly inside {truth[high].mean():.3f}")
         assert abs(p[high].mean() - truth[high].mean()) < 0.05 + 2 * se_high
+
+
+def test_a_guessing_items_probabilities_are_its_guessing_likelihoods():
+    """With a guessing rate, P(d in an interval) (interval_probabilities) and the children's placement
+    (place_children, one child under a wide population) integrate y log(c + (1 - c) s) + (n - y) log((1 - c)(1 - s))
+    per draw: checked against that formula summed on a fine grid, draw by draw."""
+    from scipy.special import expit
+
+    sc = make_scale()
+    sc = Scale(models=sc.models, theta_draws=sc.theta_draws[:40], b_min=sc.b_min, b_max=sc.b_max,
+               item_ids=sc.item_ids, b_mean=sc.b_mean, population=sc.population)
+    rng = np.random.default_rng(5)
+    n = rng.integers(2, 6, (1, 12))
+    y = rng.binomial(n, 0.25 + 0.75 * expit(np.linspace(-4, 4, 12) - 0.7))
+    c = 0.25
+    bounds = np.array([[0.45, 0.55], [0.5, 0.7], [0.0, 0.5]])
+    got = interval_probabilities(sc, y, n, bounds, guessing=c)[0]
+    grid = np.linspace(-25.0, 25.0, 200_001)
+    want = np.zeros(len(bounds))
+    for theta in sc.theta_draws:
+        s = expit(theta[:, None] - grid[None, :])
+        ell = (y[0] @ np.log(c + (1 - c) * s) + (n[0] - y[0]) @ np.log((1 - c) * (1 - s))
+               + sc.population.log_density(grid))
+        p = np.exp(ell - ell.max())
+        p /= p.sum()
+        lo_b, hi_b = sc.b_min + bounds[:, 0] * sc.span, sc.b_min + bounds[:, 1] * sc.span
+        want += [p[(grid >= a) & (grid <= b)].sum() for a, b in zip(lo_b, hi_b)]
+    want /= len(sc.theta_draws)
+    np.testing.assert_allclose(got, want, atol=2e-4)
+    # the children's likelihoods averaged over the draws (place_children), rows with and without guessing
+    from benchfill.irt.placement import _draw_averaged_log_likelihood
+
+    yy, nn, cc = np.vstack([y, y]), np.vstack([n, n]), np.array([c, 0.0])
+    g = np.linspace(-6.0, 6.0, 50)
+    lik = _draw_averaged_log_likelihood(yy, nn, cc, sc.theta_draws, g)
+    for k in range(2):
+        s = expit(sc.theta_draws[:, :, None] - g[None, None, :])  # (S, J, G)
+        right, wrong = np.log(cc[k] + (1 - cc[k]) * s), np.log((1 - cc[k]) * (1 - s))
+        per_draw = np.einsum("j,sjg->sg", yy[k], right) + np.einsum("j,sjg->sg", nn[k] - yy[k], wrong)
+        np.testing.assert_allclose(lik[k], np.log(np.exp(per_draw).mean(0)), rtol=0, atol=1e-9)

@@ -710,10 +710,9 @@ def interval_probabilities(scale: Scale, n_correct: np.ndarray, n_trials: np.nda
         X = draws[:, :, None] - grid[None, None, :]  # (S, J, G)
         sp = fast.softplus(X)
         if keys.c[k] > 0:
-            cv = keys.c[k]
-            log_right = np.logaddexp(np.log(cv), np.log1p(-cv) + X - sp)
-            ell = np.einsum("j,sjg->sg", keys.y[k].astype(float), log_right) + np.einsum(
-                "j,sjg->sg", (keys.n[k] - keys.y[k]).astype(float), np.log1p(-cv) - sp)
+            gain, log_wrong = fast.guessing_terms(X, sp, float(keys.c[k]))
+            ell = np.einsum("j,sjg->sg", keys.y[k].astype(float), gain) + np.einsum(
+                "j,sjg->sg", keys.n[k].astype(float), log_wrong)
         else:
             ell = -np.einsum("j,sjg->sg", keys.n[k].astype(float), sp) - keys.r[k] * grid[None, :]
         ell = ell + prior.log_density_unnormalised(grid)[None, :]
@@ -822,7 +821,7 @@ def _draw_averaged_log_likelihood(y: np.ndarray, n: np.ndarray, c: np.ndarray, d
     """(K, G) log of each row's likelihood averaged over the (S, J) ability draws, on the b-grid. The full
     likelihood, its theta-dependent part included: the draws are weighted by how well they explain the answers
     (likelihood keys, which drop that part, would not do here)."""
-    yf, wf = y.astype(float), (n - y).astype(float)
+    yf, nf = y.astype(float), n.astype(float)
     parts = []
     with threadpool_limits(1):
         for start in range(0, len(draws), batch):
@@ -831,10 +830,10 @@ def _draw_averaged_log_likelihood(y: np.ndarray, n: np.ndarray, c: np.ndarray, d
             ell = np.empty((X.shape[0], len(y), grid.size))
             for cv in np.unique(c):
                 rows = np.flatnonzero(c == cv)
-                log_right = X - sp if cv == 0 else np.logaddexp(np.log(cv), np.log1p(-cv) + X - sp)
-                log_wrong = -sp if cv == 0 else np.log1p(-cv) - sp
-                ell[:, rows] = np.einsum("kj,bjg->bkg", yf[rows], log_right) + np.einsum(
-                    "kj,bjg->bkg", wf[rows], log_wrong)
+                # y . gain + n . log_wrong: without guessing gain = log sigmoid - log(1 - sigmoid) = X
+                gain, log_wrong = (X, -sp) if cv == 0 else fast.guessing_terms(X, sp, float(cv))
+                ell[:, rows] = np.einsum("kj,bjg->bkg", yf[rows], gain) + np.einsum(
+                    "kj,bjg->bkg", nf[rows], log_wrong)
             top = ell.max(0)
             parts.append((top, np.exp(ell - top).sum(0)))
     top = np.max([t for t, _ in parts], axis=0)
