@@ -175,6 +175,17 @@ def test_the_no_guessing_side_computed_beside_the_fit_gives_the_same_comparison(
     assert beside.advice == after.advice and beside.verdicts == after.verdicts
 
 
+def test_the_comparison_runs_beside_only_an_independence_fit_of_moderate_size():
+    """Beside the main fit where it gains and two fits' memory is small: MMLU-Pro's and OpenCompass's shapes; after
+    it for a small design, a leaderboard (the Gibbs engine holds both cores and gigabytes) and a huge one."""
+    from benchfill.diagnostics.report import overlaps_comparison
+
+    assert overlaps_comparison(29, 12_032) and overlaps_comparison(12, 41_871)
+    assert not overlaps_comparison(12, 500)  # too small to gain
+    assert not overlaps_comparison(2_211, 12_032) and not overlaps_comparison(183, 5_000)  # Gibbs
+    assert not overlaps_comparison(12, 1_000_000)  # two such fits' memory at once
+
+
 def test_no_comparison_when_asked_not_to():
     resp = simulate_responses(THETA12[:6], np.linspace(-2, 2, 60), 2, guessing=0.25, seed=3)
     dg = bf.diagnose(resp, guessing=0.25, compare_guessing=False, **QUICK)

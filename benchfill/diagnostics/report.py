@@ -32,6 +32,7 @@ from benchfill.forking import ForkedCall
 from benchfill.irt.checks import Check, run_checks
 from benchfill.irt.fast import reduce_items, unique_rows
 from benchfill.irt.fit import fit_irt
+from benchfill.irt.gibbs import GIBBS_MIN_MODELS
 from benchfill.irt.model import IRTFit, IRTSpec, SamplerSettings, thin_draws
 from benchfill.irt.placement import exact_item_moments
 from benchfill.irt.prior import Population
@@ -663,7 +664,7 @@ def diagnose(
     stage = on_stage or _no_stage
     J, I = responses.shape
     plain: ForkedCall[NoGuessingSide] | None = None
-    if compare_guessing and has_fixed_guessing(spec or IRTSpec()) and J * I >= OVERLAP_MIN_CELLS:
+    if compare_guessing and has_fixed_guessing(spec or IRTSpec()) and overlaps_comparison(J, I):
         # the c = 0 side needs only the data: computed in a forked child beside the fit with guessing, whose
         # population and mode searches leave a core free (MMLU-Pro 29 x 12,032: ~5 s of one core)
         plain = ForkedCall(lambda: fit_without_guessing(responses, spec or IRTSpec(), settings, top_gaps))
@@ -674,7 +675,16 @@ def diagnose(
             plain.close()
 
 
-OVERLAP_MIN_CELLS = 100_000  # cells from which the c = 0 comparison is fitted in a child beside the main fit
+OVERLAP_MIN_CELLS = 100_000  # cells from which the c = 0 comparison is fitted in a child beside the main fit ...
+OVERLAP_MAX_CELLS = 2_000_000  # ... up to this many (two fits' memory at once: ~1-2 GB each up to here)
+
+
+def overlaps_comparison(n_models: int, n_items: int) -> bool:
+    """Whether :func:`diagnose` fits the guessing comparison's c = 0 side in a child beside the main fit: where the
+    main fit is the independence sampler's (fewer than GIBBS_MIN_MODELS models), whose single-core set-up leaves a
+    core to the child, and the design is large enough to gain and small enough that two fits' memory is no concern
+    (a leaderboard's Gibbs fit holds both cores for minutes and gigabytes: the comparison then runs after it)."""
+    return n_models < GIBBS_MIN_MODELS and OVERLAP_MIN_CELLS <= n_models * n_items <= OVERLAP_MAX_CELLS
 
 
 def _diagnose(responses: ResponseMatrix, spec: IRTSpec | None, settings: SamplerSettings, top_gaps: int,
