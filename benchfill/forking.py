@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+from functools import partial
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
 P = TypeVar("P")
@@ -141,43 +142,15 @@ def send_result(fn: Callable[[Any], Any], part: Any, conn: Any) -> None:  # prag
         conn.close()
 
 
-def forked_map(fn: Callable[[P], R], parts: Sequence[P]) -> list[R]:
-    """``[fn(p) for p in parts]``: the first part in this process and each other one in a forked child, which
-    sees this process's memory as it is (no pickling of the inputs; results are pickled back). One after another
-    in this process when fork is not safe or there is one part; a part whose child fails is redone here."""
-    import multiprocessing as mp
-
-    if len(parts) < 2 or start_method() != "fork":
-        return [fn(p) for p in parts]
-    ctx = mp.get_context("fork")
-    kids = []
-    for part in parts[1:]:
-        recv, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_forked_child, args=(fn, part, send, os.getpid()), daemon=True)
-        proc.start()
-        send.close()
-        kids.append((proc, recv))
-    out = [fn(parts[0])]
-    for part, (proc, recv) in zip(parts[1:], kids):
-        try:
-            ok, value = recv.recv()
-        except (EOFError, OSError):
-            ok, value = False, None
-        recv.close()
-        proc.join()
-        out.append(value if ok else fn(part))
-    return out
-
-
 class ForkedCall(Generic[R]):
     """``fn()`` started now in a forked child (where fork is safe, see :func:`start_method`) and collected later by
     :meth:`result`, so this process goes on with other work meanwhile. Where fork is not safe, or the child fails
     (its error, its death), ``fn()`` runs in this process when the result is asked for, so its own error, if any,
-    reaches the user the usual way. The child is not daemonic (it may fork workers of its own) and ends with this
-    process however that ends (:func:`die_with_parent`); :meth:`close` ends it early where its result is not
-    wanted."""
+    reaches the user the usual way. The child ends with this process however that ends (:func:`die_with_parent`);
+    :meth:`close` ends it early where its result is not wanted. ``daemon``: a daemonic child (multiprocessing
+    also ends it at this process's exit, but it cannot fork workers of its own)."""
 
-    def __init__(self, fn: Callable[[], R]) -> None:
+    def __init__(self, fn: Callable[[], R], daemon: bool = False) -> None:
         import multiprocessing as mp
 
         self._fn = fn
@@ -187,7 +160,8 @@ class ForkedCall(Generic[R]):
             return
         ctx = mp.get_context("fork")
         self._recv, send = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=_forked_child, args=(lambda _: fn(), None, send, os.getpid()))
+        self._proc = ctx.Process(target=_forked_child, args=(lambda _: fn(), None, send, os.getpid()),
+                                 daemon=daemon)
         self._proc.start()
         send.close()
 
@@ -204,18 +178,31 @@ class ForkedCall(Generic[R]):
             ok, value = self._recv.recv()
         except (EOFError, OSError):
             ok, value = False, None
-        self.close()
+        self._reap(end=False)  # the child has sent its result (or died): it is ending by itself
         return value if ok else self._fn()
 
     def close(self) -> None:
         """End the child now if it still runs (its result no longer wanted); idempotent."""
+        self._reap(end=True)
+
+    def _reap(self, end: bool) -> None:
         if self._proc is None:
             return
         self._recv.close()
-        if self._proc.is_alive():
+        if end and self._proc.is_alive():
             self._proc.terminate()
         self._proc.join()
         self._proc = None
+
+
+def forked_map(fn: Callable[[P], R], parts: Sequence[P]) -> list[R]:
+    """``[fn(p) for p in parts]``: the first part in this process and each other one in a forked child, which
+    sees this process's memory as it is (no pickling of the inputs; results are pickled back). One after another
+    in this process when fork is not safe or there is one part; a part whose child fails is redone here."""
+    if len(parts) < 2 or start_method() != "fork":
+        return [fn(p) for p in parts]
+    kids = [ForkedCall(partial(fn, part), daemon=True) for part in parts[1:]]
+    return [fn(parts[0])] + [kid.result() for kid in kids]
 
 
 def forked_ranges(fn: Callable[[tuple[int, int]], tuple[Any, ...]], n: int, processes: int) -> tuple[Any, ...]:
