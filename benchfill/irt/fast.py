@@ -894,7 +894,7 @@ def guessing_neg_hessian(theta: np.ndarray, blk: Block) -> np.ndarray:
         if ks.size == 0:
             continue
         # C-ordered factors, so the products come out C-ordered and reshape without copying
-        sg, qs, w = (np.ascontiguousarray(a[..., g].T) for a in (SG, QS, W[ks]))  # (G, J), (G, J), (G, k)
+        sg, qs, w = (np.ascontiguousarray(a.T) for a in (SG[:, g], QS[:, g], W[ks, g]))  # (G, J), (G, J), (G, k)
         U = N[ks][None, :, :] * sg[:, None, :]
         U += Y[ks][None, :, :] * qs[:, None, :]  # (G, k, J)
         second += (U * w[:, :, None]).reshape(-1, J).T @ U.reshape(-1, J)
@@ -910,12 +910,12 @@ def _neg_hessian(model: MarginalModel, theta: np.ndarray, eps: float = 1e-4) -> 
     H = np.eye(J)  # the prior N(0, 1)
     rest = []
     for blk in model.blocks:
-        if blk.n_shared is not None and blk.log_c is None:
-            H += block_neg_hessian(theta, blk)
-        elif blk.log_c is not None:
-            H += guessing_neg_hessian(theta, blk)
-        else:
+        if not _analytic_hessian(blk):
             rest.append(blk)
+        elif blk.log_c is None:
+            H += block_neg_hessian(theta, blk)
+        else:
+            H += guessing_neg_hessian(theta, blk)
     if rest:
         def grad(t: np.ndarray) -> np.ndarray:
             return sum((block_logp_grad(t, blk)[1] for blk in rest), np.zeros(J))
@@ -929,10 +929,15 @@ def _neg_hessian(model: MarginalModel, theta: np.ndarray, eps: float = 1e-4) -> 
     return (H + H.T) / 2
 
 
+def _analytic_hessian(blk: Block) -> bool:
+    """Whether :func:`_neg_hessian` takes ``blk``'s part in closed form (shared trials, or guessing) rather than by
+    central differences of 2 J gradients (keys with their own trials and no guessing)."""
+    return blk.log_c is not None or blk.n_shared is not None
+
+
 def hessian_is_analytic(model: MarginalModel) -> bool:
-    """Whether :func:`_neg_hessian` is exact in closed form for every block of ``model`` (shared trials, or guessing)
-    rather than 2 J gradients by central differences (keys with their own trials and no guessing)."""
-    return all(blk.log_c is not None or blk.n_shared is not None for blk in model.blocks)
+    """Whether :func:`_neg_hessian` is exact in closed form for every block of ``model``."""
+    return all(_analytic_hessian(blk) for blk in model.blocks)
 
 
 def _positive_definite(H: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
