@@ -664,10 +664,11 @@ def diagnose(
     stage = on_stage or _no_stage
     J, I = responses.shape
     plain: ForkedCall[NoGuessingSide] | None = None
-    if compare_guessing and has_fixed_guessing(spec or IRTSpec()) and overlaps_comparison(J, I):
+    asked = spec or IRTSpec()
+    if compare_guessing and has_fixed_guessing(asked) and overlaps_comparison(J, I):
         # the c = 0 side needs only the data: computed in a forked child beside the fit with guessing, whose
         # population and mode searches leave a core free (MMLU-Pro 29 x 12,032: ~5 s of one core)
-        plain = ForkedCall(lambda: fit_without_guessing(responses, spec or IRTSpec(), settings, top_gaps))
+        plain = ForkedCall(lambda: fit_without_guessing(responses, asked, settings, top_gaps))
     try:
         return _diagnose(responses, spec, settings, top_gaps, stage, on_picture, compare_guessing, plain)
     finally:
